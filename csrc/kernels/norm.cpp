@@ -1,0 +1,103 @@
+// rms_norm and fused_add_rms_norm: one source, compiled once per variant.
+#include "cpukern/dtype.h"
+#include "cpukern/export.h"
+#include "cpukern/parallel.h"
+#include "cpukern/simd.h"
+
+namespace cpukern {
+namespace {
+using namespace simd;
+
+// Rows per parallel chunk: keep a chunk's bytes around 64 KiB so tiny inputs
+// stay on one thread.
+inline int64_t row_grain(int64_t hidden) {
+    int64_t g = (1 << 14) / (hidden > 0 ? hidden : 1);
+    return g < 1 ? 1 : g;
+}
+
+template <class T>
+float sum_squares(const T* x, int64_t hidden) {
+    VF acc0 = splat(0.f), acc1 = splat(0.f);
+    int64_t i = 0;
+    for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
+        VF a = load(x + i), b = load(x + i + kLanes);
+        acc0 += a * a;
+        acc1 += b * b;
+    }
+    for (; i + kLanes <= hidden; i += kLanes) {
+        VF a = load(x + i);
+        acc0 += a * a;
+    }
+    if (i < hidden) {
+        VF a = load_partial(x + i, static_cast<int>(hidden - i));
+        acc1 += a * a;
+    }
+    return reduce_add(acc0 + acc1);
+}
+
+template <class T>
+void scale_row(T* out, const T* x, const T* w, int64_t hidden, float inv) {
+    VF s = splat(inv);
+    int64_t i = 0;
+    for (; i + kLanes <= hidden; i += kLanes) store(out + i, load(x + i) * s * load(w + i));
+    if (i < hidden) {
+        int n = static_cast<int>(hidden - i);
+        store_partial(out + i, load_partial(x + i, n) * s * load_partial(w + i, n), n);
+    }
+}
+
+template <class T>
+void rms_norm(T* out, const T* x, const T* w, int64_t rows, int64_t hidden, int64_t x_stride,
+              int64_t out_stride, float eps) {
+    parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const T* xr = x + r * x_stride;
+            float inv = 1.0f / __builtin_sqrtf(sum_squares(xr, hidden) / static_cast<float>(hidden) + eps);
+            scale_row(out + r * out_stride, xr, w, hidden, inv);
+        }
+    });
+}
+
+// residual += x (rounded to T), then x = rms_norm(residual) * w: vLLM's semantics.
+template <class T>
+void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hidden, int64_t x_stride,
+                        int64_t res_stride, float eps) {
+    parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            T* xr = x + r * x_stride;
+            T* rr = residual + r * res_stride;
+            int64_t i = 0;
+            for (; i + kLanes <= hidden; i += kLanes) store(rr + i, load(xr + i) + load(rr + i));
+            if (i < hidden) {
+                int n = static_cast<int>(hidden - i);
+                store_partial(rr + i, load_partial(xr + i, n) + load_partial(rr + i, n), n);
+            }
+            float inv = 1.0f / __builtin_sqrtf(sum_squares(rr, hidden) / static_cast<float>(hidden) + eps);
+            scale_row(xr, rr, w, hidden, inv);
+        }
+    });
+}
+
+}  // namespace
+}  // namespace cpukern
+
+using cpukern::by_dtype;
+
+CPUKERN_API int32_t cpukern_rms_norm(void* out, const void* x, const void* weight, int64_t rows, int64_t hidden,
+                                     int64_t x_stride, int64_t out_stride, float eps, int32_t dtype) {
+    return by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cpukern::rms_norm(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(weight), rows, hidden,
+                          x_stride, out_stride, eps);
+    });
+}
+
+CPUKERN_API int32_t cpukern_fused_add_rms_norm(void* x, void* residual, const void* weight, int64_t rows,
+                                               int64_t hidden, int64_t x_stride, int64_t res_stride, float eps,
+                                               int32_t dtype) {
+    return by_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cpukern::fused_add_rms_norm(static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), rows,
+                                    hidden, x_stride, res_stride, eps);
+    });
+}

@@ -1,0 +1,167 @@
+#include "cpukern/parallel.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cpukern/export.h"
+
+namespace cpukern {
+namespace {
+
+struct Job {
+    RangeFn fn = nullptr;
+    void* ctx = nullptr;
+    int64_t n = 0;
+    int64_t chunk = 0;
+};
+
+int default_threads() {
+    if (const char* env = std::getenv("CPUKERN_NUM_THREADS")) {
+        int v = std::atoi(env);
+        if (v > 0) return v;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        int c = CPU_COUNT(&set);
+        if (c > 0) return c;
+    }
+    unsigned hc = std::thread::hardware_concurrency();
+    return hc ? static_cast<int>(hc) : 1;
+}
+
+class Pool {
+  public:
+    explicit Pool(int threads) : size_(threads < 1 ? 1 : threads), pid_(getpid()) {
+        for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    }
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        for (auto& t : workers_) t.join();
+    }
+    int size() const { return size_; }
+    pid_t pid() const { return pid_; }
+
+    // Caller holds busy_. Runs chunk 0 itself, the rest on workers.
+    void run(const Job& job, int parts) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            job_ = job;
+            parts_ = parts;
+            pending_.store(parts - 1, std::memory_order_relaxed);
+            ++generation_;
+        }
+        cv_.notify_all();
+        run_part(job, 0);
+        // Short spin (the common case: equal chunks finish together), then block.
+        for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+            if (spin > 2000) {
+                std::unique_lock<std::mutex> lk(mu_);
+                done_cv_.wait(lk, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+                break;
+            }
+            std::this_thread::yield();
+        }
+    }
+
+    std::mutex busy;
+
+  private:
+    static void run_part(const Job& job, int part) {
+        int64_t begin = part * job.chunk;
+        int64_t end = begin + job.chunk < job.n ? begin + job.chunk : job.n;
+        if (begin < end) job.fn(job.ctx, begin, end);
+    }
+
+    void loop(int index) {
+        uint64_t seen = 0;
+        for (;;) {
+            Job job;
+            {
+                std::unique_lock<std::mutex> lk(mu_);
+                cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+                if (stop_) return;
+                seen = generation_;
+                if (index >= parts_) continue;
+                job = job_;
+            }
+            run_part(job, index);
+            if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                std::lock_guard<std::mutex> lk(mu_);
+                done_cv_.notify_all();
+            }
+        }
+    }
+
+    int size_;
+    pid_t pid_;
+    std::vector<std::thread> workers_;
+    std::mutex mu_;
+    std::condition_variable cv_, done_cv_;
+    Job job_;
+    int parts_ = 0;
+    uint64_t generation_ = 0;
+    bool stop_ = false;
+    std::atomic<int> pending_{0};
+};
+
+// Plain pointers (constant-initialised): no static constructor runs at dlopen.
+std::mutex* g_create_mu = nullptr;
+Pool* g_pool = nullptr;
+int g_requested = 0;  // 0: default_threads()
+
+Pool* pool() {
+    static std::once_flag once;
+    std::call_once(once, [] { g_create_mu = new std::mutex; });
+    std::lock_guard<std::mutex> lk(*g_create_mu);
+    if (g_pool && g_pool->pid() != getpid()) g_pool = nullptr;  // forked child: threads are gone, leak the old pool
+    if (!g_pool) g_pool = new Pool(g_requested > 0 ? g_requested : default_threads());
+    return g_pool;
+}
+
+}  // namespace
+
+int num_threads() { return pool()->size(); }
+
+void parallel_for_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    Pool* p = pool();
+    int64_t max_parts = (n + grain - 1) / grain;
+    int parts = static_cast<int>(max_parts < p->size() ? max_parts : p->size());
+    if (parts <= 1 || !p->busy.try_lock()) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int64_t chunk = (n + parts - 1) / parts;
+    chunk = (chunk + grain - 1) / grain * grain;
+    parts = static_cast<int>((n + chunk - 1) / chunk);
+    p->run(Job{fn, ctx, n, chunk}, parts);
+    p->busy.unlock();
+}
+
+}  // namespace cpukern
+
+CPUKERN_API int32_t cpukern_get_num_threads(void) { return cpukern::num_threads(); }
+
+// Rebuilds the pool with n threads (n <= 0: back to the default). Not safe to
+// call while a kernel runs; the Python side serialises it.
+CPUKERN_API int32_t cpukern_set_num_threads(int32_t n) {
+    cpukern::pool();
+    std::lock_guard<std::mutex> lk(*cpukern::g_create_mu);
+    cpukern::g_requested = n;
+    delete cpukern::g_pool;
+    cpukern::g_pool = nullptr;
+    return 0;
+}

@@ -1,0 +1,91 @@
+"""`python -m cpukern [--json]`: what this CPU has, what is built, what runs.
+
+Needs only the standard library (it must run where NumPy cannot import,
+e.g. a CPU without XSAVE)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from typing import Any
+
+from . import _dispatch
+from ._version import __version__
+from .errors import CpukernError
+
+
+def report() -> dict[str, Any]:
+    host = _dispatch.host()
+    result: dict[str, Any] = {
+        "version": __version__,
+        "arch": host.arch,
+        "machine": platform.machine(),
+        "host_features": list(host.features.found),
+        "missing_features": dict(host.features.not_found),
+        "override": None,
+        "selected": None,
+        "error": None,
+        "variants": [],
+    }
+    try:
+        sel = _dispatch.selection()
+    except CpukernError as exc:
+        result["error"] = str(exc)
+        import os
+
+        result["override"] = os.environ.get(_dispatch.ENV_FORCE) or None
+        return result
+    result["selected"] = sel.selected
+    result["override"] = sel.override
+    result["disabled"] = list(sel.disabled)
+    result["variants"] = [
+        {
+            "name": s.name,
+            "priority": s.priority,
+            "built": s.built,
+            "supported": s.supported,
+            "missing": list(s.missing),
+            "selected": s.name == sel.selected,
+            "reason": s.reason,
+        }
+        for s in sel.variants
+    ]
+    return result
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = [f"cpukern {data['version']} on {data['arch']}"]
+    lines.append("features found:     " + (" ".join(data["host_features"]) or "(none)"))
+    lines.append("features not found: " + (" ".join(data["missing_features"]) or "(none)"))
+    for name, why in data["missing_features"].items():
+        lines.append(f"  {name:<12} {why}")
+    if data["error"]:
+        lines.append(f"error: {data['error']}")
+        return "\n".join(lines)
+    lines.append("variants (highest priority first):")
+    for v in data["variants"]:
+        mark = "*" if v["selected"] else " "
+        built = "built" if v["built"] else "absent"
+        runs = "runs" if v["supported"] else "cannot run"
+        lines.append(f" {mark} {v['name']:<14} {built:<7} {runs:<11} {v['reason']}")
+    lines.append(f"selected: {data['selected']}" + (f" (CPUKERN_ISA={data['override']})" if data["override"] else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cpukern", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    data = report()
+    print(json.dumps(data, indent=1) if args.json else render(data))
+    if data["error"]:
+        if not args.json:
+            print(data["error"], file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

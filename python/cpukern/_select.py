@@ -1,0 +1,169 @@
+"""Variant selection and feature decoding: pure functions, no I/O.
+
+The dispatcher feeds them the manifest (from isa_matrix.toml), the raw probe
+facts and the environment; tests feed them made-up hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import NoVariantError, UnknownISAError, UnsupportedISAError
+
+_REGISTERS = ("eax", "ebx", "ecx", "edx")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawProbe:
+    """What the baseline probe read from the hardware and the OS."""
+
+    cpuid: Mapping[tuple[int, int], tuple[int, int, int, int]] = field(default_factory=dict)
+    xcr0: int | None = None  # None: OSXSAVE clear, XGETBV not executed
+    hwcap: int = 0
+    hwcap2: int = 0
+    sysctl: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureReport:
+    found: tuple[str, ...]
+    not_found: dict[str, str]  # feature -> why
+
+
+def decode_features(
+    specs: Mapping[str, Mapping[str, Any]],
+    raw: RawProbe,
+    *,
+    darwin: bool = False,
+    permission: Callable[[str], bool] | None = None,
+) -> FeatureReport:
+    """Turns raw probe facts into feature names using the matrix's specs.
+
+    `permission(name)` asks the OS for an extra grant (Linux AMX tile data);
+    it is called at most once per name, only when the CPU and XCR0 agree.
+    """
+    found: list[str] = []
+    missing: dict[str, str] = {}
+    granted: dict[str, bool] = {}
+    for name, spec in specs.items():
+        why = _why_missing(spec, raw, darwin)
+        if why is None and "permission" in spec:
+            perm = str(spec["permission"])
+            if perm not in granted:
+                granted[perm] = bool(permission and permission(perm))
+            if not granted[perm]:
+                why = f"the OS refused the {perm} permission"
+        if why is None:
+            found.append(name)
+        else:
+            missing[name] = why
+    return FeatureReport(found=tuple(found), not_found=missing)
+
+
+def _why_missing(spec: Mapping[str, Any], raw: RawProbe, darwin: bool) -> str | None:
+    if darwin:
+        key = spec.get("sysctl")
+        if key is None:
+            return "not available on macOS"
+        return None if raw.sysctl.get(str(key), 0) else f"sysctl {key} is 0"
+    if "cpuid" in spec:
+        leaf, sub, reg, bit = spec["cpuid"]
+        regs = raw.cpuid.get((int(leaf), int(sub)), (0, 0, 0, 0))
+        if not (regs[_REGISTERS.index(reg)] >> int(bit)) & 1:
+            return "CPUID does not report it"
+        need = int(spec.get("xcr0", 0))
+        if need:
+            if raw.xcr0 is None:
+                return "the OS has not enabled XSAVE (no XGETBV)"
+            if raw.xcr0 & need != need:
+                return f"the OS does not enable its register state (XCR0 {raw.xcr0:#x} lacks {need & ~raw.xcr0:#x})"
+        return None
+    for key, word in (("hwcap", raw.hwcap), ("hwcap2", raw.hwcap2)):
+        if key in spec:
+            return None if (word >> int(spec[key])) & 1 else f"AT_{key.upper()} bit {spec[key]} is clear"
+    return "no way to detect it here"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantStatus:
+    name: str
+    priority: int
+    built: bool
+    supported: bool
+    missing: tuple[str, ...]
+    reason: str  # why it was selected or rejected
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    selected: str
+    override: str | None
+    disabled: tuple[str, ...]
+    variants: tuple[VariantStatus, ...]
+
+
+def parse_name_list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").replace(";", ",").split(",") if item.strip()]
+
+
+def select_variant(
+    variants: Iterable[Mapping[str, Any]],
+    host_features: Iterable[str],
+    *,
+    built: Iterable[str],
+    forced: str | None = None,
+    disabled: Iterable[str] = (),
+) -> Selection:
+    """The dispatcher contract.
+
+    `variants`: every variant of the arch (name, priority, requires); `built`:
+    the names whose libraries are present. Picks the highest priority variant
+    that is built, not disabled and fully supported; `forced` must be built
+    and supported, else UnknownISAError / UnsupportedISAError.
+    """
+    have = set(host_features)
+    present = set(built)
+    off = set(disabled)
+    table = sorted(variants, key=lambda v: int(v["priority"]), reverse=True)
+    forced = forced or None
+    if forced is not None:
+        names = [str(v["name"]) for v in table]
+        available = [n for n in reversed(names) if n in present]
+        if forced not in names or forced not in present:
+            raise UnknownISAError(forced, available, known=forced in names)
+        wanted = next(v for v in table if v["name"] == forced)
+        lacking = [f for f in wanted["requires"] if f not in have]
+        if lacking:
+            raise UnsupportedISAError(forced, lacking)
+    statuses: list[VariantStatus] = []
+    chosen: str | None = None
+    for v in table:
+        name = str(v["name"])
+        missing = tuple(f for f in v["requires"] if f not in have)
+        supported = not missing
+        if name not in present:
+            reason = "not built into this package"
+        elif not supported:
+            reason = "CPU lacks " + ", ".join(missing)
+        elif forced is not None and name != forced:
+            reason = f"CPUKERN_ISA={forced} forces another variant"
+        elif forced is None and name in off:
+            reason = "disabled by CPUKERN_DISABLE_ISA"
+        elif chosen is not None:
+            reason = f"lower priority than {chosen}"
+        else:
+            chosen = name
+            reason = "forced by CPUKERN_ISA" if forced else "highest priority variant this CPU runs"
+        statuses.append(
+            VariantStatus(
+                name=name, priority=int(v["priority"]), built=name in present, supported=supported,
+                missing=missing, reason=reason,
+            )
+        )
+    if chosen is None:
+        raise NoVariantError(
+            "no usable cpukern variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses)
+        )
+    return Selection(selected=chosen, override=forced, disabled=tuple(sorted(off)), variants=tuple(statuses))
