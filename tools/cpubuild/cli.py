@@ -1,0 +1,69 @@
+"""The `cpubuild` command. Each sub-command lives in its own module under
+cpubuild.commands and is imported only when invoked (fast --help)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import CpubuildError
+
+# command name -> (module in cpubuild.commands exposing a click command
+# `command`, one-line help shown by `cpubuild --help` without importing it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "matrix": ("matrix", "Show the validated ISA matrix and what this host can build and run."),
+    "doctor": ("doctor", "Check compilers, cross compilers, tools, Docker and QEMU; print fixes."),
+    "wheel": ("wheel", "Build repaired, reproducible wheels for a set of ISA variants."),
+    "test": ("test", "Install a wheel in a target-arch Python and test it under a QEMU CPU model."),
+    "publish": ("publish", "Publish wheels into a PEP 503/691 index keyed by commit."),
+    "serve": ("serve", "Serve an index directory over HTTP (PEP 691, Range requests)."),
+    "develop": ("develop", "Editable install with precompiled variant libraries from the index."),
+    "ci": ("ci", "Render the release pipeline from the ISA matrix."),
+    "image": ("image", "Build per-ISA, multi-arch container images."),
+    "base-image": ("base_image", "Build a Debian base image from debootstrap (no registry needed)."),
+    "bench": ("bench", "Benchmark every variant this host runs against torch and memcpy."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        command: click.Command = importlib.import_module(f"cpubuild.commands.{entry[0]}").command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cpubuild")
+def cli() -> None:
+    """Build, test, package and publish multi-ISA CPU kernel wheels and images."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    try:
+        return cli.main(args=argv, prog_name="cpubuild", standalone_mode=False)
+    except CpubuildError as exc:
+        click.secho(f"error: {exc.message}", fg="red", err=True)
+        if exc.detail:
+            click.echo(exc.detail.rstrip(), err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

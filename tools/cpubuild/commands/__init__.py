@@ -1,0 +1,1 @@
+"""Sub-commands of `cpubuild`, one module each (see cli.COMMANDS)."""
