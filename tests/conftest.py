@@ -1,0 +1,50 @@
+"""Shared test helpers.
+
+Tests that need an external tool call `require_tool` / `require`: on a
+developer machine without it they skip with the reason; under CI=true a
+missing tool fails the test (no silent skips in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+sys.path.insert(0, str(REPO / "tools"))
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip (developer machine) or fail (CI) when a prerequisite is missing."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true and a prerequisite is missing: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_tool(*names: str) -> None:
+    for name in names:
+        require(shutil.which(name) is not None, f"{name} is not installed (run scripts/setup.sh)")
+
+
+def run(cmd: list[str], *, check: bool = True, timeout: float = 1800, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Runs a command, capturing text output; on failure shows its output."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)  # type: ignore[call-overload]
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+        )
+    return proc  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
