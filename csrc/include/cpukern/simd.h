@@ -14,6 +14,10 @@
 #if defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
+// Armv8.6 BF16 (BFCVTN, BFDOT, BFMMLA); GCC 12 names the macro by its parts.
+#if defined(__ARM_NEON) && (defined(__ARM_FEATURE_BF16) || defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC))
+#define CPUKERN_NEON_BF16 1
+#endif
 
 namespace cpukern {
 
@@ -71,7 +75,26 @@ inline uint16_t bf16_bits_rne(float f) {
     return static_cast<uint16_t>(u >> 16);
 }
 
-#if defined(__FLT16_MAX__) && !defined(__s390x__)
+// float16: x86 uses _Float16 (F16C converts when the variant has it).
+// aarch64: GCC 12 has no _Float16 in C++ there; __fp16 (the ACLE storage type)
+// converts with FCVT, and the vector path uses FCVTL/FCVTN (base ARMv8-A).
+// s390x: GCC 12 has no half-precision type at all, so float16 is not built
+// (cpukern_has_float16() returns 0 and the Python side says so).
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define CPUKERN_HAVE_FLOAT16 1
+#define CPUKERN_FLOAT16_ACLE 1
+inline float to_float(f16_t x) {
+    __fp16 h;
+    std::memcpy(&h, &x.bits, 2);
+    return static_cast<float>(h);
+}
+inline uint16_t f16_bits(float f) {
+    __fp16 h = static_cast<__fp16>(f);
+    uint16_t b;
+    std::memcpy(&b, &h, 2);
+    return b;
+}
+#elif defined(__FLT16_MAX__) && !defined(__s390x__)
 #define CPUKERN_HAVE_FLOAT16 1
 inline float to_float(f16_t x) {
     _Float16 h;
@@ -112,6 +135,9 @@ inline void store(bf16_t* p, VF v) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
     __m256bh h = _mm512_cvtneps_pbh((__m512)v);  // vcvtneps2bf16: RNE, quiets NaN
     std::memcpy(p, &h, sizeof h);
+#elif defined(CPUKERN_NEON_BF16)
+    bfloat16x4_t h = vcvt_bf16_f32((float32x4_t)v);  // BFCVTN: RNE, quiets NaN
+    std::memcpy(p, &h, sizeof h);
 #else
     VU u = (VU)v;
     VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -122,7 +148,18 @@ inline void store(bf16_t* p, VF v) {
 #endif
 }
 
-#if CPUKERN_HAVE_FLOAT16
+#if defined(CPUKERN_FLOAT16_ACLE)
+static_assert(kBytes == 16, "NEON float16 path expects 4 float lanes");
+inline VF load(const f16_t* p) {
+    float16x4_t h;
+    std::memcpy(&h, p, sizeof h);
+    return (VF)vcvt_f32_f16(h);
+}
+inline void store(f16_t* p, VF v) {
+    float16x4_t h = vcvt_f16_f32((float32x4_t)v);
+    std::memcpy(p, &h, sizeof h);
+}
+#elif CPUKERN_HAVE_FLOAT16
 typedef _Float16 VF16 __attribute__((vector_size(kBytes / 2)));
 inline VF load(const f16_t* p) {
     VF16 h;
@@ -150,6 +187,37 @@ inline void store_partial(T* p, VF v, int n) {
     store(buf, v);
     std::memcpy(p, buf, sizeof(T) * n);
 }
+
+#if defined(CPUKERN_NEON_BF16)
+// sum(x[i]^2) of a bfloat16 row with BFDOT: 8 products per instruction and
+// the bf16 -> f32 widening for free. BFDOT rounds its pair sums to odd and
+// flushes denormal products (Armv8.6 without EBF16): fine for a norm's mean
+// square, which is why only reductions use it.
+#define CPUKERN_HAVE_BF16_DOT 1
+inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
+    float32x4_t acc0 = vdupq_n_f32(0.f), acc1 = vdupq_n_f32(0.f);
+    int64_t i = 0;
+    bfloat16x8_t a, b;
+    for (; i + 16 <= n; i += 16) {
+        std::memcpy(&a, x + i, sizeof a);
+        std::memcpy(&b, x + i + 8, sizeof b);
+        acc0 = vbfdotq_f32(acc0, a, a);
+        acc1 = vbfdotq_f32(acc1, b, b);
+    }
+    if (i + 8 <= n) {
+        std::memcpy(&a, x + i, sizeof a);
+        acc0 = vbfdotq_f32(acc0, a, a);
+        i += 8;
+    }
+    if (i < n) {  // zero-padded tail: 0 * 0 adds nothing
+        uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        std::memcpy(buf, x + i, sizeof(bf16_t) * static_cast<size_t>(n - i));
+        std::memcpy(&a, buf, sizeof a);
+        acc1 = vbfdotq_f32(acc1, a, a);
+    }
+    return vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+#endif
 
 // exp(x) for float lanes: Cody-Waite reduction + degree-6 polynomial,
 // ~2 ulp on [-87.3, 88]; 0 below, inf above 88.72 (exp(88..88.72) saturates
