@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from typing import Any
 
 from . import _dispatch
+from ._select import Selection, select_variant
 from ._version import __version__
 from .errors import CpukernError
 
@@ -33,26 +35,38 @@ def report() -> dict[str, Any]:
         sel = _dispatch.selection()
     except CpukernError as exc:
         result["error"] = str(exc)
-        import os
-
-        result["override"] = os.environ.get(_dispatch.ENV_FORCE) or None
+        result["override"] = os.environ.get(_dispatch.ENV_FORCE, "").strip() or None
+        result["variants"] = _unforced_rows(host.features.found)
         return result
     result["selected"] = sel.selected
     result["override"] = sel.override
     result["disabled"] = list(sel.disabled)
-    result["variants"] = [
+    result["variants"] = _variant_rows(sel, selected=sel.selected)
+    return result
+
+
+def _unforced_rows(found: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What is built and what this CPU runs, as if nothing were forced or disabled."""
+    try:
+        sel = select_variant(_dispatch.manifest()["variants"], found, built=_dispatch.built_variants())
+    except CpukernError:
+        return []
+    return _variant_rows(sel, selected=None)
+
+
+def _variant_rows(sel: Selection, *, selected: str | None) -> list[dict[str, Any]]:
+    return [
         {
             "name": s.name,
             "priority": s.priority,
             "built": s.built,
             "supported": s.supported,
             "missing": list(s.missing),
-            "selected": s.name == sel.selected,
-            "reason": s.reason,
+            "selected": s.name == selected,
+            "reason": s.reason if selected or not (s.built and s.supported) else "this CPU runs it",
         }
         for s in sel.variants
     ]
-    return result
 
 
 def render(data: dict[str, Any]) -> str:
@@ -63,13 +77,15 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"  {name:<12} {why}")
     if data["error"]:
         lines.append(f"error: {data['error']}")
-        return "\n".join(lines)
     lines.append("variants (highest priority first):")
     for v in data["variants"]:
         mark = "*" if v["selected"] else " "
         built = "built" if v["built"] else "absent"
         runs = "runs" if v["supported"] else "cannot run"
         lines.append(f" {mark} {v['name']:<14} {built:<7} {runs:<11} {v['reason']}")
+    if data["selected"] is None:
+        lines.append("selected: none (see the error above)")
+        return "\n".join(lines)
     lines.append(f"selected: {data['selected']}" + (f" (CPUKERN_ISA={data['override']})" if data["override"] else ""))
     return "\n".join(lines)
 
@@ -78,11 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cpukern", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    data = report()
+    try:
+        data = report()
+    except (ImportError, OSError) as exc:  # a broken install: no manifest or probe library
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(data, indent=1) if args.json else render(data))
     if data["error"]:
-        if not args.json:
-            print(data["error"], file=sys.stderr)
+        print(f"error: {data['error']}", file=sys.stderr)
         return 1
     return 0
 

@@ -55,8 +55,9 @@ def library_path(name: str) -> Path:
 
 
 def built_variants() -> list[str]:
-    """Variants in the manifest whose library file is really present."""
-    return [v["name"] for v in manifest()["variants"] if (PACKAGE_DIR / v["library"]).is_file()]
+    """Variants the build made (manifest) whose library file is really present."""
+    return [v["name"] for v in manifest()["variants"]
+            if v.get("built", True) and (PACKAGE_DIR / v["library"]).is_file()]
 
 
 def _probe_library() -> ctypes.CDLL:

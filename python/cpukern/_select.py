@@ -128,9 +128,12 @@ def select_variant(
     off = set(disabled)
     table = sorted(variants, key=lambda v: int(v["priority"]), reverse=True)
     forced = forced or None
+    names = [str(v["name"]) for v in table]
+    available = [n for n in reversed(names) if n in present]
+    for name in sorted(off):  # a typo must not silently disable nothing
+        if name not in names:
+            raise UnknownISAError(name, available, known=False, env="CPUKERN_DISABLE_ISA")
     if forced is not None:
-        names = [str(v["name"]) for v in table]
-        available = [n for n in reversed(names) if n in present]
         if forced not in names or forced not in present:
             raise UnknownISAError(forced, available, known=forced in names)
         wanted = next(v for v in table if v["name"] == forced)

@@ -21,11 +21,11 @@ class UnsupportedISAError(CpukernError):
 class UnknownISAError(CpukernError):
     """A forced variant is not a known variant, or is not in this build."""
 
-    def __init__(self, name: str, available: list[str], *, known: bool) -> None:
+    def __init__(self, name: str, available: list[str], *, known: bool, env: str = "CPUKERN_ISA") -> None:
         self.name = name
         self.available = list(available)
         why = "is not built into this package" if known else "is not a variant of this arch"
-        super().__init__(f"CPUKERN_ISA={name}: {name!r} {why}; available: {', '.join(available) or 'none'}")
+        super().__init__(f"{env}={name}: {name!r} {why}; available: {', '.join(available) or 'none'}")
 
 
 class NoVariantError(CpukernError):

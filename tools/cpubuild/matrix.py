@@ -120,18 +120,19 @@ class Matrix:
 
     def manifest(self, arch: str, built: list[str], library_pattern: str) -> dict[str, Any]:
         """The runtime manifest: what the dispatcher needs and nothing else."""
-        variants = []
-        for v in self.variants_for(arch):
-            if v.name in built:
-                variants.append(
-                    {
-                        "name": v.name,
-                        "priority": v.priority,
-                        "requires": list(v.requires),
-                        "description": v.description,
-                        "library": library_pattern.format(variant=v.name),
-                    }
-                )
+        # Every variant of the arch is listed, built or not, so the dispatcher
+        # can tell "not built into this package" from "not a variant at all".
+        variants = [
+            {
+                "name": v.name,
+                "priority": v.priority,
+                "requires": list(v.requires),
+                "description": v.description,
+                "built": v.name in built,
+                "library": library_pattern.format(variant=v.name),
+            }
+            for v in self.variants_for(arch)
+        ]
         return {
             "schema": 1,
             "arch": arch,
