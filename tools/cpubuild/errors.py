@@ -35,6 +35,10 @@ class BuildFailedError(CpubuildError):
     """A compile, link or repair step failed."""
 
 
+class EmulatedTestError(CpubuildError):
+    """A wheel failed its checks (or crashed) under an emulated CPU model."""
+
+
 class PublishError(CpubuildError):
     """Publishing to an index failed; the index is left as it was."""
 

@@ -1,0 +1,306 @@
+"""`cpubuild test --arch ARCH --cpu MODEL [WHEEL]`: run a wheel under an emulated CPU.
+
+Installs the wheel into a Python of the target arch (a cached Debian rootfs
+for foreign arches, the host's own Python for x86_64) and runs it under
+qemu-user with the given CPU model: first the dispatcher's report
+(`python -m cpukern --json`, which needs no NumPy), then the package's own
+correctness checks (`python -m cpukern.selftest --json`) against NumPy
+references. Prints the selected variant and pass/fail; exit status 1 on any
+failure, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import EmulatedTestError, MatrixFileError, ToolMissingError, UsageError
+from ..matrix import Arch, MatrixError, load_matrix
+from ..rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
+
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_WHEELHOUSE = REPO / "wheelhouse"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What one emulated run found; `ok` decides the exit status."""
+
+    arch: str
+    cpu: str
+    wheel: str
+    forced: str | None
+    selected: str | None
+    report_error: str | None
+    checks: dict[str, Any] | None
+    checks_skipped: str | None
+    problems: tuple[str, ...]
+    seconds: float
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "cpu": self.cpu,
+            "wheel": self.wheel,
+            "forced": self.forced,
+            "selected": self.selected,
+            "report_error": self.report_error,
+            "host_features": self.report.get("host_features", []),
+            "checks": self.checks,
+            "checks_skipped": self.checks_skipped,
+            "problems": list(self.problems),
+            "ok": self.ok,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def wheel_arch(wheel: Path) -> str:
+    """The machine of a wheel's platform tag (`..._aarch64.whl` -> aarch64)."""
+    stem = wheel.name[: -len(".whl")] if wheel.name.endswith(".whl") else wheel.name
+    parts = stem.split("-")
+    if len(parts) < 5:
+        raise UsageError(f"{wheel.name} is not a wheel file name (name-version-python-abi-platform.whl)")
+    platform = parts[-1].split(".")[0]  # compressed tag sets: take the first
+    for arch in ("x86_64", "aarch64", "s390x", "arm64"):
+        if platform.endswith("_" + arch):
+            return "aarch64" if arch == "arm64" else arch
+    raise UsageError(f"{wheel.name}: platform tag {parts[-1]!r} names no arch this command runs")
+
+
+def find_wheel(arch: str, wheelhouse: Path) -> Path:
+    """The newest cpukern wheel for `arch` in `wheelhouse`."""
+    candidates = []
+    for path in wheelhouse.glob("cpukern-*.whl"):
+        try:
+            if wheel_arch(path) == arch:
+                candidates.append(path)
+        except UsageError:
+            continue
+    if not candidates:
+        raise UsageError(
+            f"no cpukern wheel for {arch} in {wheelhouse}",
+            detail=f"build one with: cpubuild wheel --arch {arch}   (or pass the wheel's path)",
+        )
+    return max(candidates, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def base_model(cpu: str) -> str:
+    """`max,vxeh=off` -> `max`: the model name before its property list."""
+    return cpu.split(",", 1)[0].strip()
+
+
+def qemu_models(qemu: str) -> list[str]:
+    """CPU model names qemu-user knows for one arch (`-cpu help`)."""
+    exe = shutil.which(f"qemu-{qemu}-static") or shutil.which(f"qemu-{qemu}")
+    if exe is None:
+        raise ToolMissingError(f"qemu-{qemu}-static is not installed", detail="fix: apt-get install qemu-user-static")
+    out = subprocess.run([exe, "-cpu", "help"], capture_output=True, text=True, timeout=60).stdout
+    return parse_model_list(out)
+
+
+def parse_model_list(text: str) -> list[str]:
+    """Model names from qemu's `-cpu help` output, whose layout differs per
+    arch: `  cortex-a53` (arm), `x86 Haswell  Intel...`, `s390 z14  IBM...`;
+    the feature-flag list that follows the models is not read."""
+    names: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if line.startswith("Recognized"):
+            break
+        if not words or line.rstrip().endswith(":"):
+            continue
+        if words[0] in ("x86", "s390") and len(words) > 1:
+            names.append(words[1])
+        elif line.startswith(" ") and len(words) == 1:
+            names.append(words[0])
+    return names
+
+
+def check_model(qemu: str, cpu: str) -> None:
+    models = qemu_models(qemu)
+    if base_model(cpu) not in models:
+        raise UsageError(
+            f"qemu-{qemu} has no CPU model {base_model(cpu)!r}",
+            detail="known models: " + " ".join(models),
+        )
+
+
+def signal_name(returncode: int) -> str | None:
+    """A child killed by a signal: Python reports -N (chroot/qemu may give 128+N)."""
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    if number <= 0:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def last_json(text: str) -> dict[str, Any] | None:
+    """The JSON object a command printed (the last line that parses)."""
+    start = text.find("{")
+    if start >= 0:
+        try:
+            data = json.loads(text[start:])
+            if isinstance(data, dict):
+                return data
+        except ValueError:
+            pass
+    return None
+
+
+# ------------------------------------------------------------------ the run
+
+
+def run_emulated(
+    *,
+    arch: Arch,
+    cpu: str,
+    wheel: Path,
+    forced: str | None,
+    expect: str | None,
+    checks: bool,
+    say: Any,
+) -> Outcome:
+    started = time.monotonic()
+    problems: list[str] = []
+    foreign = arch.qemu != host_qemu_arch()
+    check_can_run(arch.qemu)
+    root = ensure_rootfs(RootfsSpec(arch=arch.name, debian_arch=arch.debian_arch, qemu=arch.qemu), log=say) if foreign else None
+    emulator = Emulator(qemu=arch.qemu, cpu=cpu, root=root)
+    env = {"CPUKERN_ISA": forced} if forced else {}
+    python = sys.executable
+    where = f"rootfs {root}" if root else f"host Python {python}"
+    say(f"{arch.name} under qemu -cpu {cpu} ({where})")
+    say(f"wheel: {wheel.name}")
+    report: dict[str, Any] = {}
+    selected = report_error = checks_skipped = None
+    result: dict[str, Any] | None = None
+    with installed_wheel(wheel, root) as site:
+        proc = emulator.run(["-m", "cpukern", "--json"], pythonpath=site, env=env, host_python=python)
+        died = signal_name(proc.returncode)
+        parsed = last_json(proc.stdout)
+        if died:
+            problems.append(f"`python -m cpukern` was killed by {died} under {cpu}")
+        elif parsed is None:
+            problems.append(f"`python -m cpukern --json` printed no report (exit {proc.returncode}): {proc.stderr[-800:]}")
+        else:
+            report = parsed
+            selected = report.get("selected")
+            report_error = report.get("error")
+        if report_error:
+            problems.append(str(report_error))
+        if selected is not None:
+            say(f"selected: {selected}" + (f" (forced by CPUKERN_ISA={forced})" if forced else ""))
+            say("features: " + (" ".join(report.get("host_features", [])) or "(none)"))
+        if expect is not None and selected is not None and selected != expect:
+            problems.append(f"expected variant {expect!r} under {cpu}, the dispatcher selected {selected!r}")
+        if checks and selected is not None and not problems:
+            probe = emulator.run(["-c", "import numpy"], pythonpath=site, host_python=python)
+            numpy_died = signal_name(probe.returncode)
+            if numpy_died or probe.returncode != 0:
+                why = f"killed by {numpy_died}" if numpy_died else probe.stderr.strip().splitlines()[-1:] or ["fails"]
+                checks_skipped = f"NumPy cannot import under {cpu} ({why if isinstance(why, str) else why[0]}): selection report only"
+                say(f"checks: skipped - {checks_skipped}")
+            else:
+                proc = emulator.run(["-m", "cpukern.selftest", "--json"], pythonpath=site, env=env, host_python=python)
+                died = signal_name(proc.returncode)
+                result = last_json(proc.stdout)
+                if died:
+                    problems.append(f"the correctness checks were killed by {died} under {cpu}")
+                elif result is None:
+                    problems.append(f"the correctness checks printed no result (exit {proc.returncode}): {proc.stderr[-1500:]}")
+                else:
+                    for case in result.get("failures", []):
+                        problems.append(f"check failed: {case}")
+                    if proc.returncode != 0 and not result.get("failures"):
+                        problems.append(f"the correctness checks exited {proc.returncode}")
+                    say(f"checks: {result.get('passed', 0)} passed, {result.get('failed', 0)} failed"
+                        f" (variant {result.get('variant', selected)})")
+    return Outcome(
+        arch=arch.name,
+        cpu=cpu,
+        wheel=str(wheel),
+        forced=forced,
+        selected=selected,
+        report_error=report_error,
+        checks=result,
+        checks_skipped=checks_skipped,
+        problems=tuple(problems),
+        seconds=time.monotonic() - started,
+        report=report,
+    )
+
+
+@click.command(name="test")
+@click.option("--arch", "arch_name", required=True, help="Target arch (an [arch.*] of isa_matrix.toml).")
+@click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell.")
+@click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--isa", "forced", default=None, help="Force a variant (CPUKERN_ISA) inside the emulated run.")
+@click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant.")
+@click.option("--no-checks", is_flag=True, help="Only the selection report, no correctness checks.")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_WHEELHOUSE,
+              show_default=True, help="Where to look for the newest wheel when WHEEL is not given.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def command(
+    arch_name: str,
+    cpu: str,
+    wheel: Path | None,
+    forced: str | None,
+    expect: str | None,
+    no_checks: bool,
+    wheelhouse: Path,
+    as_json: bool,
+) -> None:
+    """Install a wheel in a target-arch Python and test it under a QEMU CPU model."""
+    try:
+        matrix = load_matrix()
+    except MatrixError as exc:
+        raise MatrixFileError(str(exc)) from None
+    if arch_name not in matrix.arches:
+        raise UsageError(f"unknown arch {arch_name!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
+    arch = matrix.arches[arch_name]
+    names = [v.name for v in matrix.variants_for(arch_name)]
+    for label, value in (("--isa", forced), ("--expect", expect)):
+        if value is not None and value not in names:
+            raise UsageError(f"{label} {value}: not a variant of {arch_name} (known: {', '.join(names)})")
+    if wheel is None:
+        wheel = find_wheel(arch_name, wheelhouse)
+    elif not wheel.is_file():
+        raise UsageError(f"wheel {wheel} does not exist")
+    if wheel_arch(wheel) != arch_name:
+        raise UsageError(f"{wheel.name} is a {wheel_arch(wheel)} wheel, not {arch_name}")
+    check_model(arch.qemu, cpu)
+
+    def say(line: str) -> None:
+        if not as_json:
+            click.echo(line)
+
+    outcome = run_emulated(
+        arch=arch, cpu=cpu, wheel=wheel.resolve(), forced=forced, expect=expect, checks=not no_checks, say=say
+    )
+    if as_json:
+        click.echo(json.dumps(outcome.to_json(), indent=1))
+    else:
+        for problem in outcome.problems:
+            click.secho(f"FAIL: {problem}", fg="red", err=True)
+        click.secho(f"result: {'PASS' if outcome.ok else 'FAIL'} ({outcome.seconds:.1f} s)", fg="green" if outcome.ok else "red")
+    if not outcome.ok:
+        raise EmulatedTestError(f"{arch_name} under -cpu {cpu}: {len(outcome.problems)} problem(s)")

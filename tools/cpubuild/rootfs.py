@@ -1,0 +1,300 @@
+"""Target-arch Debian root file systems for running wheels under qemu-user.
+
+A rootfs is made once by debootstrap (foreign arches run through the
+qemu-user binfmt handlers), cached outside the repository under
+``<cache>/rootfs/<name>`` and reused by every later test or session. Building
+is atomic (debootstrap into a temporary sibling, a stamp written last, then
+one rename) and serialised by a lock file, so concurrent callers either wait
+for the tree or find it finished, never half-made.
+
+Wheels are "installed" by unpacking them into a per-run directory inside the
+tree and pointing PYTHONPATH at it: no pip, no network, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .errors import BuildFailedError, ToolMissingError, UsageError
+
+DEFAULT_CACHE = Path("/var/cache/cpubuild")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_SUITE = "bookworm"
+# What the correctness checks need inside the emulated Python.
+TEST_PACKAGES = ("python3", "python3-numpy")
+STAMP = ".cpubuild-rootfs.json"
+# Where unpacked wheels live inside a rootfs (removed after each run).
+RUN_DIR = PurePosixPath("/opt/cpubuild-run")
+
+Log = Callable[[str], None]
+
+
+def cache_dir() -> Path:
+    """CPUBUILD_CACHE, else /var/cache/cpubuild (outside any checkout)."""
+    return Path(os.environ.get("CPUBUILD_CACHE") or DEFAULT_CACHE)
+
+
+def debian_mirror() -> str:
+    return os.environ.get("CPUBUILD_DEBIAN_MIRROR") or DEFAULT_MIRROR
+
+
+@dataclass(frozen=True, kw_only=True)
+class RootfsSpec:
+    """One cached tree: its arch, Debian suite, packages and mirror."""
+
+    arch: str  # isa_matrix.toml arch name, e.g. aarch64
+    debian_arch: str  # debootstrap's name, e.g. arm64
+    qemu: str  # qemu-user's name, e.g. aarch64
+    packages: tuple[str, ...] = TEST_PACKAGES
+    suite: str = DEFAULT_SUITE
+    mirror: str = field(default_factory=debian_mirror)
+    flavor: str = ""  # "" for the test tree; e.g. "gxx" for a compiler tree
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch}-{self.flavor}" if self.flavor else self.arch
+
+    def stamp(self) -> dict[str, object]:
+        """What the tree was made from; a tree whose stamp differs is rebuilt.
+        The mirror is left out: any mirror of the suite gives the same tree."""
+        return {
+            "arch": self.arch,
+            "debian_arch": self.debian_arch,
+            "suite": self.suite,
+            "packages": sorted(self.packages),
+            "schema": 1,
+        }
+
+
+def debootstrap_command(spec: RootfsSpec, target: Path) -> list[str]:
+    return [
+        "debootstrap",
+        f"--arch={spec.debian_arch}",
+        "--variant=minbase",
+        f"--include={','.join(sorted(spec.packages))}",
+        spec.suite,
+        str(target),
+        spec.mirror,
+    ]
+
+
+def read_stamp(root: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((root / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_ready(spec: RootfsSpec, root: Path) -> bool:
+    return read_stamp(root) == spec.stamp()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def binfmt_registered(qemu: str) -> bool:
+    """True when the kernel runs `qemu`-arch ELF files through qemu-user."""
+    entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{qemu}"
+    try:
+        return entry.read_text().splitlines()[0].strip() == "enabled"
+    except (OSError, IndexError):
+        return False
+
+
+def host_qemu_arch() -> str:
+    return os.uname().machine
+
+
+def check_can_run(qemu: str) -> None:
+    """Foreign-arch trees need the binfmt handler; name the fix when absent."""
+    if qemu == host_qemu_arch():
+        return
+    if not binfmt_registered(qemu):
+        raise ToolMissingError(
+            f"qemu-user binfmt handler for {qemu} is not registered",
+            detail=(
+                "fix: apt-get install qemu-user-static binfmt-support && "
+                "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc; "
+                f"update-binfmts --enable qemu-{qemu}   (or run scripts/setup.sh)"
+            ),
+        )
+
+
+def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = print) -> Path:
+    """The ready tree for `spec`, made now when missing or stale."""
+    base = (cache or cache_dir()) / "rootfs"
+    root = base / spec.name
+    if is_ready(spec, root):
+        return root
+    if os.geteuid() != 0:
+        raise UsageError(f"making the {spec.name} rootfs needs root (debootstrap, chroot); none cached at {root}")
+    if shutil.which("debootstrap") is None:
+        raise ToolMissingError("debootstrap is not installed", detail="fix: apt-get install debootstrap")
+    check_can_run(spec.qemu)
+    with _locked(base / f"{spec.name}.lock"):
+        if is_ready(spec, root):  # another caller made it while we waited
+            return root
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.name}-", dir=base))
+        try:
+            log(f"rootfs: debootstrap {spec.suite} {spec.debian_arch} into {root} (once; cached)")
+            cmd = debootstrap_command(spec, tmp)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise BuildFailedError(
+                    f"debootstrap of the {spec.name} rootfs failed (exit {proc.returncode})",
+                    detail=f"$ {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}",
+                )
+            # Leave apt's downloads out of the cache: they are 40+ MB.
+            shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
+            (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+            (tmp / STAMP).write_text(json.dumps(spec.stamp(), indent=1, sort_keys=True) + "\n")
+            if root.exists():  # stale: move aside, swap in, then delete
+                stale = Path(tempfile.mkdtemp(prefix=f".stale-{spec.name}-", dir=base))
+                root.rename(stale / "tree")
+                tmp.rename(root)
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                tmp.rename(root)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+# ------------------------------------------------------------------ wheels
+
+
+def wheel_members(names: Sequence[str]) -> dict[str, str]:
+    """Maps archive members to their path under site-packages.
+
+    Files of `<dist>.data/purelib|platlib/` go to the root; other `.data`
+    schemes (scripts, headers, data) are not needed to import and are left
+    out. Absolute paths and `..` are refused (a hostile archive)."""
+    out: dict[str, str] = {}
+    for name in names:
+        if name.endswith("/"):
+            continue
+        path = PurePosixPath(name)
+        if path.is_absolute() or ".." in path.parts:
+            raise UsageError(f"wheel member {name!r} escapes the install directory")
+        first = path.parts[0]
+        if first.endswith(".data"):
+            if len(path.parts) < 3 or path.parts[1] not in ("purelib", "platlib"):
+                continue
+            out[name] = str(PurePosixPath(*path.parts[2:]))
+        else:
+            out[name] = name
+    return out
+
+
+def unpack_wheel(wheel: Path, site: Path) -> list[str]:
+    """Unpacks a wheel into `site` (like an install, without pip)."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{wheel} is not a readable wheel: {exc}") from None
+    with archive:
+        mapping = wheel_members(archive.namelist())
+        for member, rel in mapping.items():
+            dest = site / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(member) as src, open(dest, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            mode = (archive.getinfo(member).external_attr >> 16) & 0o777
+            if mode:
+                dest.chmod(mode)
+    return sorted(mapping.values())
+
+
+@contextlib.contextmanager
+def installed_wheel(wheel: Path, root: Path | None) -> Iterator[str]:
+    """Unpacks `wheel` for one run; yields the PYTHONPATH entry as seen by the
+    Python that runs (inside `root` when given, else on the host)."""
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]
+    if root is None:
+        with tempfile.TemporaryDirectory(prefix="cpubuild-run-") as tmp:
+            site = Path(tmp) / "site"
+            unpack_wheel(wheel, site)
+            yield str(site)
+        return
+    run_parent = root / RUN_DIR.relative_to("/")
+    run_parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f"{digest}-", dir=run_parent))
+    try:
+        unpack_wheel(wheel, tmp_dir / "site")
+        yield str(RUN_DIR / tmp_dir.name / "site")
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ running
+
+
+@dataclass(frozen=True, kw_only=True)
+class Emulator:
+    """How to run a Python of one arch under one qemu CPU model."""
+
+    qemu: str  # qemu-user arch name
+    cpu: str  # qemu -cpu model, e.g. cortex-a53, "max,vxeh=off", Haswell
+    root: Path | None  # a foreign-arch rootfs; None: the host's own Python
+
+    def command(self, python_args: Sequence[str], *, host_python: str) -> list[str]:
+        if self.root is None:
+            qemu = shutil.which(f"qemu-{self.qemu}-static") or shutil.which(f"qemu-{self.qemu}")
+            if qemu is None:
+                raise ToolMissingError(f"qemu-{self.qemu}-static is not installed", detail="fix: apt-get install qemu-user-static")
+            return [qemu, "-cpu", self.cpu, host_python, *python_args]
+        # binfmt runs the tree's ELF files through qemu; QEMU_CPU picks the model
+        return ["chroot", str(self.root), "/usr/bin/python3", *python_args]
+
+    def environment(self, pythonpath: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": pythonpath,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+        }
+        if self.root is not None:
+            env["QEMU_CPU"] = self.cpu
+        else:
+            env["PATH"] = os.environ.get("PATH", env["PATH"])
+        env.update(extra or {})
+        return env
+
+    def run(
+        self,
+        python_args: Sequence[str],
+        *,
+        pythonpath: str,
+        env: Mapping[str, str] | None = None,
+        host_python: str,
+        timeout: float = 900,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = self.command(python_args, host_python=host_python)
+        try:
+            return subprocess.run(
+                cmd, capture_output=True, text=True, env=self.environment(pythonpath, env), timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise BuildFailedError(f"{' '.join(cmd)} under -cpu {self.cpu} ran past {timeout:.0f} s") from None
