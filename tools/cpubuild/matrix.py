@@ -25,7 +25,9 @@ COMPILER_FAMILIES = ("gcc", "clang", "apple-clang")
 OPERATING_SYSTEMS = ("linux", "darwin")
 CPUID_REGISTERS = ("eax", "ebx", "ecx", "edx")
 PERMISSIONS = ("xtiledata",)
-FORBIDDEN_FLAGS = ("-march=native", "-mcpu=native", "-mtune=native")
+# -march=native and friends tune a wheel to the build machine (vLLM's s390x
+# build does this): such a wheel SIGILLs elsewhere.
+NATIVE_FLAG = re.compile(r"^-m(arch|cpu|tune)=native(\+.*)?$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "isa_matrix.toml"
 
@@ -217,7 +219,7 @@ def _parse_arch(path: Path, name: str, table: Any) -> Arch:
     )
 
 
-def _parse_feature(path: Path, arch: str, name: str, table: Any) -> Feature:
+def _parse_feature(path: Path, arch: str, os_list: tuple[str, ...], name: str, table: Any) -> Feature:
     r = _Reader(path, f"feature {name!r} ({arch})", table)
     r.only(("cpuid", "xcr0", "permission", "hwcap", "hwcap2", "sysctl"))
     if not NAME_PATTERN.match(name):
@@ -233,13 +235,25 @@ def _parse_feature(path: Path, arch: str, name: str, table: Any) -> Feature:
         )
         if not ok:
             r.fail("cpuid", f"must be [leaf, subleaf, register ({'/'.join(CPUID_REGISTERS)}), bit 0-31], got {raw!r}")
+        if not (0 <= raw[0] <= 0xFFFFFFFF and 0 <= raw[1] <= 0xFFFFFFFF):
+            r.fail("cpuid", f"leaf and subleaf must be 32-bit unsigned numbers, got {raw[0]!r}, {raw[1]!r}")
         cpuid = (raw[0], raw[1], raw[2], raw[3])
+    x86_only = ("cpuid", "xcr0", "permission")
+    other_only = ("hwcap", "hwcap2", "sysctl")
+    for key in other_only if arch == "x86_64" else x86_only:
+        if key in r.table:
+            r.fail(key, f"does not apply to {arch} features (x86_64 uses {', '.join(x86_only)}; others {', '.join(other_only)})")
     for key in ("hwcap", "hwcap2"):
         if key in r.table and not 0 <= r.get(key, int) < 64:
-            r.fail(key, "must be a bit number 0-63")
+            r.fail(key, f"must be a bit number 0-63, got {r.table[key]}")
+    if "xcr0" in r.table and not 0 < r.get("xcr0", int) < 2**64:
+        r.fail("xcr0", f"must be a non-zero 64-bit mask of XCR0 state bits, got {r.table['xcr0']}")
     permission = r.get("permission", str, None)
     if permission is not None and permission not in PERMISSIONS:
         r.fail("permission", f"unknown permission {permission!r} (allowed: {', '.join(PERMISSIONS)})")
+    sysctl = r.get("sysctl", str, None)
+    if sysctl is not None and "darwin" not in os_list:
+        r.fail("sysctl", f"arch {arch} does not list 'darwin' in its os, so a sysctl is never read")
     feature = Feature(
         name=name,
         arch=arch,
@@ -248,7 +262,7 @@ def _parse_feature(path: Path, arch: str, name: str, table: Any) -> Feature:
         permission=permission,
         hwcap=r.get("hwcap", int, None),
         hwcap2=r.get("hwcap2", int, None),
-        sysctl=r.get("sysctl", str, None),
+        sysctl=sysctl,
     )
     if arch == "x86_64" and cpuid is None:
         r.fail("cpuid", "is required for x86_64 features")
@@ -289,9 +303,9 @@ def _parse_variant(path: Path, index: int, table: Any, arches: dict[str, Arch], 
         if family not in compilers:
             r.fail("flags", f"gives flags for {family!r}, which the variant does not claim (compilers: {', '.join(compilers)})")
         if not isinstance(value, list) or not value or not all(isinstance(f, str) and f for f in value):
-            r.fail(f"flags.{family}", "must be a non-empty list of non-empty strings")
+            r.fail(f"flags.{family}", f"must be a non-empty list of non-empty strings, got {value!r}")
         for flag in value:
-            if flag in FORBIDDEN_FLAGS:
+            if NATIVE_FLAG.match(flag):
                 r.fail(f"flags.{family}", f"{flag} tunes the wheel to the build machine; name the ISA explicitly")
         flags[family] = tuple(value)
     for family in compilers:
@@ -323,7 +337,11 @@ def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml") -> Matrix:
         if arch_name not in arches:
             top.fail("features", f"features for undeclared arch {arch_name!r}")
         r = _Reader(path, f"features.{arch_name}", table)
-        features[arch_name] = {n: _parse_feature(path, arch_name, n, t) for n, t in r.table.items()}
+        features[arch_name] = {
+            n: _parse_feature(path, arch_name, arches[arch_name].os, n, t) for n, t in r.table.items()
+        }
+    if isinstance(top.table.get("variant"), dict):
+        top.fail("variant", "must be an array of tables: write each variant as [[variant]], not [variant]")
     raw_variants = top.get("variant", list)
     variants = tuple(_parse_variant(path, i, t, arches, features) for i, t in enumerate(raw_variants))
     _check_across(path, arches, variants)
@@ -331,26 +349,32 @@ def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml") -> Matrix:
 
 
 def _check_across(path: Path, arches: dict[str, Arch], variants: tuple[Variant, ...]) -> None:
-    seen: dict[tuple[str, str], Variant] = {}
+    seen: dict[tuple[str, str], int] = {}
     priorities: dict[tuple[str, int], str] = {}
-    for v in variants:
-        where = f"variant {v.name!r} ({v.arch})"
-        if (v.arch, v.name) in seen:
-            raise MatrixError(path, where, "field 'name': duplicate variant name for this arch")
-        seen[(v.arch, v.name)] = v
-        other = priorities.get((v.arch, v.priority))
-        if other is not None:
-            raise MatrixError(path, where, f"field 'priority': {v.priority} is already used by {other!r}")
-        priorities[(v.arch, v.priority)] = v.name
+    for index, v in enumerate(variants):
+        where = f"variant {v.name!r} ({v.arch}), field"
+        first = seen.setdefault((v.arch, v.name), index)
+        if first != index:
+            raise MatrixError(path, f"{where} 'name'", f"duplicate variant name for this arch ([[variant]] entries #{first + 1} and #{index + 1})")
+        other = priorities.setdefault((v.arch, v.priority), v.name)
+        if other != v.name:
+            raise MatrixError(path, f"{where} 'priority'", f"{v.priority} is already used by {other!r}; priorities must differ within an arch")
     for arch in arches:
         mine = sorted((v for v in variants if v.arch == arch), key=lambda v: v.priority)
         if not mine:
             raise MatrixError(path, f"arch {arch!r}", "has no variants")
         baselines = [v.name for v in mine if v.is_baseline]
-        if len(baselines) != 1:
-            raise MatrixError(path, f"arch {arch!r}", f"needs exactly one variant with empty 'requires' (the baseline), has {baselines or 'none'}")
+        if not baselines:
+            raise MatrixError(path, f"arch {arch!r}", "has no baseline: exactly one variant needs an empty 'requires' (it runs on every CPU of the arch)")
+        if len(baselines) > 1:
+            raise MatrixError(path, f"arch {arch!r}", f"has {len(baselines)} baselines ({', '.join(map(repr, baselines))}): exactly one variant may have an empty 'requires'")
         if not mine[0].is_baseline:
-            raise MatrixError(path, f"variant {baselines[0]!r} ({arch})", "field 'priority': the baseline must have the lowest priority")
+            base = next(v for v in mine if v.is_baseline)
+            raise MatrixError(
+                path,
+                f"variant {base.name!r} ({arch}), field 'priority'",
+                f"the baseline must have the lowest priority, but {mine[0].name!r} has {mine[0].priority} < {base.priority}",
+            )
 
 
 def load_matrix(path: Path | str = DEFAULT_MATRIX) -> Matrix:
@@ -359,6 +383,8 @@ def load_matrix(path: Path | str = DEFAULT_MATRIX) -> Matrix:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MatrixError(path, "file", f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MatrixError(path, "file", f"is not UTF-8 text (byte {exc.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
