@@ -1,0 +1,63 @@
+"""`cpubuild publish WHEEL... --to DEST --commit SHA [--channel nightly|release] [--variant cpu]`"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..index.names import resolve_commit
+from ..index.publish import publish
+from ..index.storage import open_storage
+from ..index.wheelfile import read_wheel
+
+
+@click.command("publish")
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--to", "dest", required=True, metavar="DEST", help="Index root: a directory or s3://bucket/prefix.")
+@click.option("--commit", metavar="SHA", help="Full git commit SHA the wheels were built from (or a git revision here).")
+@click.option("--channel", type=click.Choice(["nightly", "release"]), help="Also move nightly/ or add to <version>/.")
+@click.option("--variant", default="cpu", show_default=True, help="Index tree name below the commit (cpu, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+def command(wheels: tuple[Path, ...], dest: str, commit: str | None, channel: str | None, variant: str, as_json: bool, quiet: bool) -> None:
+    """Publish wheels into a PEP 503/691 index keyed by commit.
+
+    Every wheel is stored once under DEST/<commit>/ with its .metadata file;
+    pages are written under DEST/<commit>/<variant>/, DEST/nightly/<variant>/
+    (--channel nightly) and DEST/<version>/<variant>/ (--channel release).
+    Validates everything before writing: a bad wheel leaves the index as it was.
+    """
+    sha = resolve_commit(commit)
+    infos = [read_wheel(path) for path in wheels]
+    storage = open_storage(dest)
+    report = publish(storage, infos, commit=sha, variant=variant, channel=channel)  # type: ignore[arg-type]
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "index": storage.url,
+                    "commit": report.commit,
+                    "variant": report.variant,
+                    "stored": list(report.stored),
+                    "already_present": list(report.present),
+                    "files": [
+                        {"filename": w.filename, "sha256": w.sha256, "size": w.size, "path": f"{sha}/{w.filename}"} for w in infos
+                    ],
+                    "pages": [{"page": p.page + "/", "changed": p.changed, "note": p.note} for p in report.pages],
+                },
+                indent=1,
+            )
+        )
+        return
+    if quiet:
+        return
+    for name in report.stored:
+        click.echo(f"stored   {sha}/{name}")
+    for name in report.present:
+        click.echo(f"present  {sha}/{name} (identical, nothing to do)")
+    for page in report.pages:
+        state = "updated " if page.changed else "current "
+        click.echo(f"{state} {page.page}/" + (f"  ({page.note})" if page.note else ""))
+    click.echo(f"index: {storage.url}/{sha}/{variant}/")

@@ -1,0 +1,99 @@
+"""Names that become paths or URLs in an index: wheel file names, commits,
+variants, project names. Everything is validated before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ..errors import UsageError
+
+# Characters a wheel file name may hold here: what packaging's parser accepts
+# for real wheels, minus anything that could mean something in a path or URL.
+SAFE_WHEEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl$")
+COMMIT_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+VARIANT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+# Index trees that are not commits: the moving nightly pointer.
+NIGHTLY = "nightly"
+
+
+class IndexInputError(UsageError):
+    """A wheel, commit or variant name that cannot go into an index."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelName:
+    filename: str
+    project: NormalizedName
+    version: Version
+    build: tuple[int, str] | tuple[()]
+    tags: frozenset[Tag]
+
+    @property
+    def public_version(self) -> Version:
+        return Version(self.version.public)
+
+
+def parse_wheel_name(filename: str) -> WheelName:
+    """The parsed name of a wheel file, or IndexInputError saying why not."""
+    if "/" in filename or "\\" in filename or filename in (".", ".."):
+        raise IndexInputError(f"{filename!r} is not a plain file name")
+    if not filename.endswith(".whl"):
+        raise IndexInputError(f"{filename!r} is not a wheel (the name does not end in .whl)")
+    if not SAFE_WHEEL_NAME.match(filename):
+        raise IndexInputError(f"{filename!r} has characters a wheel file name cannot have")
+    try:
+        project, version, build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise IndexInputError(f"{filename!r} is not a valid wheel file name: {exc}") from None
+    return WheelName(filename=filename, project=project, version=version, build=build, tags=tags)
+
+
+def check_variant(variant: str) -> str:
+    if not VARIANT_NAME.match(variant) or variant == NIGHTLY:
+        raise IndexInputError(
+            f"variant {variant!r} is not a valid index tree name (lower case letters, digits, '.', '_', '-'; "
+            f"starting with a letter or digit, e.g. 'cpu')"
+        )
+    return variant
+
+
+def resolve_commit(commit: str | None, *, repo: Path | None = None) -> str:
+    """A full commit SHA: taken as is, or resolved from a git revision."""
+    if commit is None or not commit.strip():
+        raise IndexInputError("no commit given: pass --commit SHA (the full git commit the wheels were built from)")
+    commit = commit.strip()
+    if COMMIT_SHA.match(commit):
+        return commit
+    if commit.startswith("-") or any(c.isspace() for c in commit):
+        raise IndexInputError(f"--commit {commit!r} is not a commit SHA or git revision")
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
+            capture_output=True, text=True, cwd=repo, timeout=30, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        proc = None
+    if proc is not None and proc.returncode == 0 and COMMIT_SHA.match(proc.stdout.strip()):
+        return proc.stdout.strip()
+    raise IndexInputError(
+        f"--commit {commit!r} is neither a full commit SHA (40 or 64 hex digits) nor a git revision of this checkout"
+    )
+
+
+def project_dir(name: str) -> str:
+    """PEP 503 normalised name: the project's directory in an index tree."""
+    return canonicalize_name(name)
+
+
+def href(path: str) -> str:
+    """A relative URL for a path of safe segments; '+' and friends escaped (PEP 503)."""
+    return quote(path, safe="/")

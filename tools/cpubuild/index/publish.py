@@ -1,0 +1,292 @@
+"""Publishing wheels into an index keyed by commit.
+
+Layout below the root (every wheel stored once):
+    <commit>/<wheel>                 the file, and <wheel>.metadata (PEP 658)
+    <commit>/<variant>/              project list (index.html + index.json)
+    <commit>/<variant>/<project>/    project page
+    nightly/<variant>/...            the newest commit's pages (--channel nightly)
+    <version>/<variant>/...          a release's pages (--channel release)
+
+Order of writes, so that a publish killed at any point leaves a valid index:
+all files first (create-only, then read back and hash-checked), then each
+project page, then its project list. A page only ever names files that are
+already stored with the hash it lists.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Literal, TypeVar
+
+from ..errors import PublishError
+from .names import NIGHTLY, IndexInputError, check_variant, href, project_dir
+from .pages import (
+    HTML_CONTENT_TYPE,
+    JSON_CONTENT_TYPE,
+    FileEntry,
+    NameClash,
+    PageStateError,
+    ProjectList,
+    ProjectPage,
+    html_serial,
+    list_html,
+    list_json,
+    merge_files,
+    parse_list_json,
+    parse_project_json,
+    project_html,
+    project_json,
+    with_project,
+)
+from .storage import Storage
+from .wheelfile import WheelInfo, sha256_hex
+
+Channel = Literal["nightly", "release"]
+WHEEL_CONTENT_TYPE = "application/octet-stream"
+METADATA_CONTENT_TYPE = "text/plain; charset=utf-8"
+MAX_ATTEMPTS = 60
+State = TypeVar("State", ProjectPage, ProjectList)
+
+
+class NameClashError(PublishError):
+    """A wheel name already published with different bytes."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class PageChange:
+    tree: str
+    page: str  # key of the page directory
+    changed: bool
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishReport:
+    commit: str
+    variant: str
+    stored: tuple[str, ...] = ()  # newly stored wheels
+    present: tuple[str, ...] = ()  # identical wheels already stored
+    pages: tuple[PageChange, ...] = field(default_factory=tuple)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.stored) or any(p.changed for p in self.pages)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _entry(wheel: WheelInfo, commit: str, upload_time: str) -> FileEntry:
+    return FileEntry(
+        filename=wheel.filename,
+        # page dirs are <tree>/<variant>/<project>/: three levels below the root
+        url=href(f"../../../{commit}/{wheel.filename}"),
+        sha256=wheel.sha256,
+        size=wheel.size,
+        upload_time=upload_time,
+        requires_python=wheel.requires_python,
+        metadata_sha256=wheel.metadata_sha256,
+    )
+
+
+def _trees(commit: str, channel: Channel | None, wheels: Sequence[WheelInfo]) -> list[str]:
+    trees = [commit]
+    if channel == NIGHTLY:
+        trees.append(NIGHTLY)
+    elif channel == "release":
+        versions = {w.name.public_version for w in wheels}
+        if len(versions) != 1:
+            raise IndexInputError(f"a release publishes one version, got {', '.join(sorted(map(str, versions)))}")
+        version = versions.pop()
+        if version.is_devrelease:
+            raise IndexInputError(f"--channel release needs a release version, got {version} (tag the commit first)")
+        trees.append(str(version))
+    return trees
+
+
+def _mutation(
+    tree: str, commit: str, entries: list[FileEntry], display: str, notes: list[str] | None = None
+) -> Callable[[ProjectPage | None], ProjectPage]:
+    """How one publish changes one project page of `tree`."""
+
+    def mutate(page: ProjectPage | None) -> ProjectPage:
+        if page is None:
+            page = ProjectPage(name=display, files=(), commit=commit)
+        if tree == NIGHTLY and page.commit != commit:
+            # nightly points at one commit: the newest version wins, a tie goes to the later publish
+            current = page.newest_version()
+            offered = ProjectPage(name=display, files=tuple(entries)).newest_version()
+            if current is not None and offered is not None and offered < current:
+                if notes is not None:
+                    notes.append(f"nightly stays at commit {page.commit} (version {current} is newer than {offered})")
+                return page
+            return replace(page, files=tuple(sorted(entries, key=lambda e: e.filename)), commit=commit)
+        if page.commit not in (None, commit):
+            raise PublishError(
+                f"{tree}/ was published from commit {page.commit}; refusing files of commit {commit} (releases are immutable)"
+            )
+        try:
+            return merge_files(page, entries)
+        except NameClash as clash:
+            raise NameClashError(
+                f"{clash.filename} is already in {tree}/ with different content "
+                f"(listed sha256 {clash.listed}, this file {clash.offered}); publish it under a new version"
+            ) from None
+
+    return mutate
+
+
+def _parse_state(kind: type[State], data: bytes, key: str) -> State:
+    try:
+        if kind is ProjectPage:
+            return parse_project_json(data)  # type: ignore[return-value]
+        return parse_list_json(data)  # type: ignore[return-value]
+    except PageStateError as exc:
+        raise PublishError(f"{key}: {exc}; refusing to overwrite it") from None
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(0.5, 0.005 * 2 ** min(attempt, 7)) * random.uniform(0.5, 1.5))
+
+
+def update_page(
+    storage: Storage,
+    directory: str,
+    kind: type[State],
+    mutate: Callable[[State | None], State],
+) -> bool:
+    """Applies `mutate` to the page state in `directory` (compare-and-swap,
+    retried), then brings index.html up to at least that state. Returns
+    whether the state changed."""
+    json_key, html_key = f"{directory}/index.json", f"{directory}/index.html"
+    to_json = project_json if kind is ProjectPage else list_json
+    to_html = project_html if kind is ProjectPage else list_html
+    with storage.page_lock(directory):
+        for attempt in range(MAX_ATTEMPTS):
+            blob = storage.read(json_key)
+            old = _parse_state(kind, blob.data, json_key) if blob else None
+            new = mutate(old)
+            if new == old:
+                changed, target = False, new
+                break
+            new = replace(new, serial=(old.serial if old else 0) + 1)
+            if storage.replace(json_key, to_json(new), JSON_CONTENT_TYPE, blob.token if blob else None):  # type: ignore[arg-type]
+                changed, target = True, new
+                break
+            _backoff(attempt)
+        else:
+            raise PublishError(f"{storage.url}/{json_key}: too many concurrent writers, gave up after {MAX_ATTEMPTS} tries")
+        # The HTML twin only moves forward: a slower writer never puts back an older page.
+        for attempt in range(MAX_ATTEMPTS):
+            current = storage.read(html_key)
+            if current is not None and html_serial(current.data) >= target.serial:
+                break
+            if storage.replace(html_key, to_html(target), HTML_CONTENT_TYPE, current.token if current else None):  # type: ignore[arg-type]
+                break
+            _backoff(attempt)
+        else:
+            raise PublishError(f"{storage.url}/{html_key}: too many concurrent writers, gave up after {MAX_ATTEMPTS} tries")
+    return changed
+
+
+def _store(storage: Storage, key: str, data: bytes, content_type: str) -> bool:
+    """Stores a file once; True if this call stored it. An existing file
+    with other content raises NameClashError."""
+    digest = sha256_hex(data)
+    for attempt in range(MAX_ATTEMPTS):
+        created = storage.create(key, data, content_type)
+        stored = storage.read(key)
+        if stored is None:  # a concurrent conditional write lost, or the store is slow: try again
+            _backoff(attempt)
+            continue
+        stored_digest = sha256_hex(stored.data)
+        if stored_digest == digest:
+            return created
+        if created:
+            raise PublishError(f"{storage.url}/{key}: stored bytes do not match (sha256 {stored_digest} != {digest})")
+        raise NameClashError(
+            f"{key} is already published with different content (stored sha256 {stored_digest}, this file {digest}); "
+            "publish it under a new version"
+        )
+    raise PublishError(f"{storage.url}/{key}: could not store the file")
+
+
+def _precheck(storage: Storage, commit: str, wheels: Sequence[WheelInfo], trees: list[str], variant: str, upload_time: str) -> None:
+    """Finds clashes before anything is written (the index stays untouched)."""
+    for wheel in wheels:
+        for key, data in ((f"{commit}/{wheel.filename}", wheel.data), (f"{commit}/{wheel.filename}.metadata", wheel.metadata)):
+            stored = storage.read(key)
+            if stored is not None and sha256_hex(stored.data) != sha256_hex(data):
+                raise NameClashError(
+                    f"{key} is already published with different content (stored sha256 {sha256_hex(stored.data)}, "
+                    f"this file {sha256_hex(data)}); publish it under a new version"
+                )
+    for tree in trees:
+        for project, group in _by_project(wheels).items():
+            key = f"{tree}/{variant}/{project}/index.json"
+            blob = storage.read(key)
+            if blob is not None:
+                page = _parse_state(ProjectPage, blob.data, key)
+                _mutation(tree, commit, [_entry(w, commit, upload_time) for w in group], group[0].display_name)(page)
+
+
+def _by_project(wheels: Sequence[WheelInfo]) -> dict[str, list[WheelInfo]]:
+    groups: dict[str, list[WheelInfo]] = {}
+    for w in wheels:
+        groups.setdefault(project_dir(w.name.project), []).append(w)
+    return groups
+
+
+def publish(
+    storage: Storage,
+    wheels: Sequence[WheelInfo],
+    *,
+    commit: str,
+    variant: str = "cpu",
+    channel: Channel | None = None,
+    upload_time: str | None = None,
+) -> PublishReport:
+    """Publishes already-validated wheels (see wheelfile.read_wheel)."""
+    check_variant(variant)
+    if not wheels:
+        raise IndexInputError("no wheels to publish")
+    names = [w.filename for w in wheels]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise IndexInputError(f"the same wheel name is given twice: {', '.join(duplicates)}")
+    upload_time = upload_time or utc_now()
+    trees = _trees(commit, channel, wheels)
+    _precheck(storage, commit, wheels, trees, variant, upload_time)
+
+    stored: list[str] = []
+    present: list[str] = []
+    for wheel in wheels:  # 1. files, each verified by hash after writing
+        new = _store(storage, f"{commit}/{wheel.filename}", wheel.data, WHEEL_CONTENT_TYPE)
+        _store(storage, f"{commit}/{wheel.filename}.metadata", wheel.metadata, METADATA_CONTENT_TYPE)
+        (stored if new else present).append(wheel.filename)
+
+    changes = []
+    for tree in trees:  # 2. pages: project pages, then the project lists naming them
+        for project, group in _by_project(wheels).items():
+            directory = f"{tree}/{variant}/{project}"
+            entries = [_entry(w, commit, upload_time) for w in group]
+            notes: list[str] = []
+            mutate = _mutation(tree, commit, entries, group[0].display_name, notes)
+            changed = update_page(storage, directory, ProjectPage, mutate)
+            changes.append(PageChange(tree=tree, page=directory, changed=changed, note=notes[-1] if notes else ""))
+            display = group[0].display_name
+            listed = update_page(
+                storage,
+                f"{tree}/{variant}",
+                ProjectList,
+                lambda page, display=display: with_project(page or ProjectList(projects=()), display),  # type: ignore[misc]
+            )
+            changes.append(PageChange(tree=tree, page=f"{tree}/{variant}", changed=listed))
+    return PublishReport(commit=commit, variant=variant, stored=tuple(stored), present=tuple(present), pages=tuple(changes))
