@@ -16,7 +16,10 @@ if(NOT CPUKERN_ARCH)
 endif()
 set(CPUKERN_ARCH "${CPUKERN_ARCH}" CACHE STRING "Target arch (isa_matrix.toml name)")
 
-if(CMAKE_CXX_COMPILER_ID STREQUAL "AppleClang")
+# A toolchain may name the family (zig's clang building for macOS speaks the
+# apple-clang flags through a translating wrapper: cmake/toolchains/zig-macos.cmake).
+if(CPUKERN_COMPILER_FAMILY)
+elseif(CMAKE_CXX_COMPILER_ID STREQUAL "AppleClang")
   set(CPUKERN_COMPILER_FAMILY apple-clang)
 elseif(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   set(CPUKERN_COMPILER_FAMILY clang)

@@ -27,12 +27,14 @@ int default_threads() {
         int v = std::atoi(env);
         if (v > 0) return v;
     }
+#if defined(__linux__)  // the CPUs this process may use (taskset, cgroups)
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
         int c = CPU_COUNT(&set);
         if (c > 0) return c;
     }
+#endif  // macOS has no affinity masks
     unsigned hc = std::thread::hardware_concurrency();
     return hc ? static_cast<int>(hc) : 1;
 }
