@@ -1,28 +1,38 @@
 // rms_norm and fused_add_rms_norm: one source, compiled once per variant.
+// Memory bound: each row is read from DRAM/L2 once; the second pass over a
+// row (scale by 1/rms and weight) hits L1.
 #include "cpukern/dtype.h"
 #include "cpukern/export.h"
 #include "cpukern/parallel.h"
 #include "cpukern/simd.h"
 
+#include <type_traits>
+
 namespace cpukern {
 namespace {
 using namespace simd;
 
-// Rows per parallel chunk: keep a chunk's bytes around 64 KiB so tiny inputs
-// stay on one thread.
+// Rows per parallel chunk: about 32K elements, so small inputs stay on one
+// thread (waking a worker costs more than normalising a few rows).
 inline int64_t row_grain(int64_t hidden) {
-    int64_t g = (1 << 14) / (hidden > 0 ? hidden : 1);
+    int64_t g = (int64_t{1} << 15) / (hidden > 0 ? hidden : 1);
     return g < 1 ? 1 : g;
 }
 
 template <class T>
 float sum_squares(const T* x, int64_t hidden) {
-    VF acc0 = splat(0.f), acc1 = splat(0.f);
+#if defined(CPUKERN_HAVE_BF16_DOT)
+    if constexpr (std::is_same_v<T, bf16_t>) return sum_squares_bf16(x, hidden);
+#endif
+    // four independent accumulators hide the FMA latency
+    VF acc0 = splat(0.f), acc1 = splat(0.f), acc2 = splat(0.f), acc3 = splat(0.f);
     int64_t i = 0;
-    for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
-        VF a = load(x + i), b = load(x + i + kLanes);
+    for (; i + 4 * kLanes <= hidden; i += 4 * kLanes) {
+        VF a = load(x + i), b = load(x + i + kLanes), c = load(x + i + 2 * kLanes), d = load(x + i + 3 * kLanes);
         acc0 += a * a;
         acc1 += b * b;
+        acc2 += c * c;
+        acc3 += d * d;
     }
     for (; i + kLanes <= hidden; i += kLanes) {
         VF a = load(x + i);
@@ -32,13 +42,19 @@ float sum_squares(const T* x, int64_t hidden) {
         VF a = load_partial(x + i, static_cast<int>(hidden - i));
         acc1 += a * a;
     }
-    return reduce_add(acc0 + acc1);
+    return reduce_add((acc0 + acc1) + (acc2 + acc3));
 }
 
+// out = x * inv * w, rounded once to T.
 template <class T>
 void scale_row(T* out, const T* x, const T* w, int64_t hidden, float inv) {
     VF s = splat(inv);
     int64_t i = 0;
+    for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
+        VF a = load(x + i) * s, b = load(x + i + kLanes) * s;
+        store(out + i, a * load(w + i));
+        store(out + i + kLanes, b * load(w + i + kLanes));
+    }
     for (; i + kLanes <= hidden; i += kLanes) store(out + i, load(x + i) * s * load(w + i));
     if (i < hidden) {
         int n = static_cast<int>(hidden - i);
@@ -46,19 +62,23 @@ void scale_row(T* out, const T* x, const T* w, int64_t hidden, float inv) {
     }
 }
 
+inline float inv_rms(float sum_sq, int64_t hidden, float eps) {
+    return 1.0f / __builtin_sqrtf(sum_sq / static_cast<float>(hidden) + eps);
+}
+
 template <class T>
-void rms_norm(T* out, const T* x, const T* w, int64_t rows, int64_t hidden, int64_t x_stride,
-              int64_t out_stride, float eps) {
+void rms_norm(T* out, const T* x, const T* w, int64_t rows, int64_t hidden, int64_t x_stride, int64_t out_stride,
+              float eps) {
     parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             const T* xr = x + r * x_stride;
-            float inv = 1.0f / __builtin_sqrtf(sum_squares(xr, hidden) / static_cast<float>(hidden) + eps);
-            scale_row(out + r * out_stride, xr, w, hidden, inv);
+            scale_row(out + r * out_stride, xr, w, hidden, inv_rms(sum_squares(xr, hidden), hidden, eps));
         }
     });
 }
 
 // residual += x (rounded to T), then x = rms_norm(residual) * w: vLLM's semantics.
+// The sum of squares is taken over the rounded residual, read back from L1.
 template <class T>
 void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hidden, int64_t x_stride,
                         int64_t res_stride, float eps) {
@@ -66,14 +86,27 @@ void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hid
         for (int64_t r = begin; r < end; ++r) {
             T* xr = x + r * x_stride;
             T* rr = residual + r * res_stride;
+            VF acc0 = splat(0.f), acc1 = splat(0.f);
             int64_t i = 0;
-            for (; i + kLanes <= hidden; i += kLanes) store(rr + i, load(xr + i) + load(rr + i));
+            for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
+                store(rr + i, load(xr + i) + load(rr + i));
+                store(rr + i + kLanes, load(xr + i + kLanes) + load(rr + i + kLanes));
+                VF a = load(rr + i), b = load(rr + i + kLanes);
+                acc0 += a * a;
+                acc1 += b * b;
+            }
+            for (; i + kLanes <= hidden; i += kLanes) {
+                store(rr + i, load(xr + i) + load(rr + i));
+                VF a = load(rr + i);
+                acc0 += a * a;
+            }
             if (i < hidden) {
                 int n = static_cast<int>(hidden - i);
                 store_partial(rr + i, load_partial(xr + i, n) + load_partial(rr + i, n), n);
+                VF a = load_partial(rr + i, n);
+                acc1 += a * a;
             }
-            float inv = 1.0f / __builtin_sqrtf(sum_squares(rr, hidden) / static_cast<float>(hidden) + eps);
-            scale_row(xr, rr, w, hidden, inv);
+            scale_row(xr, rr, w, hidden, inv_rms(reduce_add(acc0 + acc1), hidden, eps));
         }
     });
 }
@@ -85,6 +118,7 @@ using cpukern::by_dtype;
 
 CPUKERN_API int32_t cpukern_rms_norm(void* out, const void* x, const void* weight, int64_t rows, int64_t hidden,
                                      int64_t x_stride, int64_t out_stride, float eps, int32_t dtype) {
+    if (rows < 0 || hidden <= 0) return CPUKERN_EINVAL;
     return by_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cpukern::rms_norm(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(weight), rows, hidden,
@@ -95,6 +129,7 @@ CPUKERN_API int32_t cpukern_rms_norm(void* out, const void* x, const void* weigh
 CPUKERN_API int32_t cpukern_fused_add_rms_norm(void* x, void* residual, const void* weight, int64_t rows,
                                                int64_t hidden, int64_t x_stride, int64_t res_stride, float eps,
                                                int32_t dtype) {
+    if (rows < 0 || hidden <= 0) return CPUKERN_EINVAL;
     return by_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cpukern::fused_add_rms_norm(static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), rows,

@@ -1,14 +1,27 @@
 """cpukern: LLM CPU kernels with a runtime ISA dispatcher.
 
-Importing is cheap: the CPU is probed and a variant library loaded on first
-use. `selected_isa()` tells which variant runs; `python -m cpukern` explains why.
+Importing is cheap (no numpy, torch, ctypes or json): the CPU is probed and
+a variant library loaded on first use. `selected_isa()` tells which variant
+runs; `python -m cpukern` explains why.
 """
 
 from __future__ import annotations
 
-from ._dispatch import selected_isa, supported_variants
+import sys
+
 from ._version import __version__
 from .errors import CpukernError, NoVariantError, UnknownISAError, UnsupportedISAError
+
+# Public names served from submodules, imported on first access (PEP 562).
+_LAZY = {
+    "selected_isa": "_dispatch",
+    "supported_variants": "_dispatch",
+    "rms_norm": "ops",
+    "fused_add_rms_norm": "ops",
+    "silu_and_mul": "ops",
+    "rotary_embedding": "ops",
+    "ops": None,
+}
 
 __all__ = [
     "CpukernError",
@@ -16,6 +29,41 @@ __all__ = [
     "UnknownISAError",
     "UnsupportedISAError",
     "__version__",
+    "fused_add_rms_norm",
+    "ops",
+    "register_torch_ops",
+    "rms_norm",
+    "rotary_embedding",
     "selected_isa",
+    "silu_and_mul",
     "supported_variants",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'cpukern' has no attribute {name!r}")
+    from importlib import import_module
+
+    module_name = _LAZY[name]
+    module = import_module(f".{module_name or name}", __name__)
+    value = module if module_name is None else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def register_torch_ops() -> None:
+    """Registers the ops as torch.ops.cpukern.* (imports torch). Done
+    automatically when torch is imported before cpukern, or on the first op
+    call with a torch tensor; call it before torch.compile otherwise."""
+    from . import _torch
+
+    _torch.register()
+
+
+if hasattr(sys.modules.get("torch"), "library"):  # torch fully imported before cpukern
+    register_torch_ops()

@@ -127,9 +127,15 @@ inline VF load(const float* p) {
 inline void store(float* p, VF v) { std::memcpy(p, &v, sizeof v); }
 
 inline VF load(const bf16_t* p) {
+#if defined(__AVX512F__)
+    return (VF)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16);
+#elif defined(__AVX2__)
+    return (VF)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
+#else
     VH h;
     std::memcpy(&h, p, sizeof h);
     return (VF)(__builtin_convertvector(h, VU) << 16);
+#endif
 }
 inline void store(bf16_t* p, VF v) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -143,7 +149,13 @@ inline void store(bf16_t* p, VF v) {
     VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     VI nan = v != v;
     VU out = (VU)((nan & (VI)((u >> 16) | 0x40u)) | (~nan & (VI)rounded));
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    // every lane is < 2^16: one unsigned saturating pack of the two halves
+    __m256i w = (__m256i)out;
+    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+#else
     VH h = __builtin_convertvector(out, VH);
+#endif
     std::memcpy(p, &h, sizeof h);
 #endif
 }
@@ -159,6 +171,22 @@ inline void store(f16_t* p, VF v) {
     float16x4_t h = vcvt_f16_f32((float32x4_t)v);
     std::memcpy(p, &h, sizeof h);
 }
+#elif CPUKERN_HAVE_FLOAT16 && defined(__F16C__)
+// GCC 12 scalarises _Float16 vector conversions: use F16C (vcvtph2ps/vcvtps2ph).
+inline VF load(const f16_t* p) {
+#if defined(__AVX512F__)
+    return (VF)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+#else
+    return (VF)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+#endif
+}
+inline void store(f16_t* p, VF v) {
+#if defined(__AVX512F__)
+    _mm256_storeu_si256((__m256i*)p, _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+    _mm_storeu_si128((__m128i*)p, _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+}
 #elif CPUKERN_HAVE_FLOAT16
 typedef _Float16 VF16 __attribute__((vector_size(kBytes / 2)));
 inline VF load(const f16_t* p) {
@@ -171,6 +199,18 @@ inline void store(f16_t* p, VF v) {
     std::memcpy(p, &h, sizeof h);
 }
 #endif
+
+// Swaps neighbouring lanes (0<->1, 2<->3, ...): interleaved pairs such as
+// GPT-J style rotary embedding.
+inline VF swap_pairs(VF v) {
+#if defined(__AVX512F__)
+    return (VF)_mm512_permute_ps((__m512)v, 0xB1);
+#elif defined(__AVX__)
+    return (VF)_mm256_permute_ps((__m256)v, 0xB1);
+#else
+    return __builtin_shufflevector(v, v, 1, 0, 3, 2);
+#endif
+}
 
 // Tails: go through a zero-padded lane buffer, so a kernel's tail uses the
 // exact vector code of its body.
