@@ -24,6 +24,7 @@ def report() -> dict[str, Any]:
         "version": __version__,
         "arch": host.arch,
         "machine": platform.machine(),
+        "package": str(_dispatch.PACKAGE_DIR),  # which install answered
         "host_features": list(host.features.found),
         "missing_features": dict(host.features.not_found),
         "override": None,
