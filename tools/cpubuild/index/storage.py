@@ -55,9 +55,12 @@ class Storage(Protocol):
 class LocalStorage:
     """An index in a local directory (served by nginx, `cpubuild serve`, file://)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = root.resolve()
         self.url = str(self.root)
+        # durable: fsync files and directories so that a power loss cannot
+        # leave a renamed but empty file (a killed process cannot either way)
+        self.durable = durable
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -82,7 +85,8 @@ class LocalStorage:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
-                os.fsync(out.fileno())
+                if self.durable:
+                    os.fsync(out.fileno())
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -99,7 +103,8 @@ class LocalStorage:
             return False
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(path.parent)
+        if self.durable:
+            _fsync_dir(path.parent)
         return True
 
     def replace(self, key: str, data: bytes, content_type: str, token: str | None) -> bool:
@@ -114,7 +119,8 @@ class LocalStorage:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(path.parent)
+        if self.durable:
+            _fsync_dir(path.parent)
         return True
 
     @contextlib.contextmanager

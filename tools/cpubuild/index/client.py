@@ -1,0 +1,119 @@
+"""Reading a simple index (PEP 503 HTML or PEP 691 JSON) over HTTP(S), file://
+or from a local directory: what `cpubuild develop --precompiled` needs."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+from ..errors import CpubuildError
+from .names import project_dir
+from .pages import JSON_CONTENT_TYPE
+
+ACCEPT = f"{JSON_CONTENT_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+TIMEOUT_S = 60
+
+
+class IndexReadError(CpubuildError):
+    """An index that cannot be reached or read."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteFile:
+    filename: str
+    url: str  # absolute
+    sha256: str | None
+    requires_python: str | None
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[dict[str, str | None], str]] = []
+        self._open: dict[str, str | None] | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._open, self._text = dict(attrs), ""
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._text += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._open is not None:
+            self.links.append((self._open, self._text.strip()))
+            self._open = None
+
+
+def as_url(location: str) -> str:
+    """An index location as a URL ending in '/': http(s)://, file:// or a path."""
+    if "://" not in location:
+        location = Path(location).resolve().as_uri()
+    return location if location.endswith("/") else location + "/"
+
+
+def fetch(url: str, accept: str | None = None) -> tuple[bytes, str] | None:
+    """The body and content type at url; None for 404 / a missing file."""
+    if url.startswith("file://"):
+        path = Path(unquote(urlsplit(url).path))
+        if path.is_dir():
+            for name, ctype in (("index.json", JSON_CONTENT_TYPE), ("index.html", "text/html")):
+                if (path / name).is_file():
+                    return (path / name).read_bytes(), ctype
+            return None
+        return (path.read_bytes(), "application/octet-stream") if path.is_file() else None
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise IndexReadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise IndexReadError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+
+
+def project_files(index_url: str, project: str) -> list[RemoteFile] | None:
+    """The files on a project's page in the index at index_url (None: no page)."""
+    page_url = urljoin(as_url(index_url), project_dir(project) + "/")
+    got = fetch(page_url, ACCEPT)
+    if got is None:
+        return None
+    body, ctype = got
+    try:
+        if ctype.split(";")[0].strip() == JSON_CONTENT_TYPE:
+            return [
+                RemoteFile(
+                    filename=str(f["filename"]),
+                    url=urljoin(page_url, str(f["url"])),
+                    sha256=f.get("hashes", {}).get("sha256"),
+                    requires_python=f.get("requires-python"),
+                )
+                for f in json.loads(body)["files"]
+            ]
+        parser = _Links()
+        parser.feed(body.decode("utf-8"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IndexReadError(f"{page_url}: not a simple index page ({exc})") from None
+    files = []
+    for attrs, text in parser.links:
+        link = attrs.get("href") or ""
+        base, _, fragment = link.partition("#")
+        algo, _, digest = fragment.partition("=")
+        files.append(
+            RemoteFile(
+                filename=text or unquote(base.rsplit("/", 1)[-1]),
+                url=urljoin(page_url, base),
+                sha256=digest if algo == "sha256" and digest else None,
+                requires_python=attrs.get("data-requires-python"),
+            )
+        )
+    return files
