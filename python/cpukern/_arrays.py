@@ -152,9 +152,14 @@ def rows(a: Array) -> tuple[int, int]:
     (any row stride is fine, e.g. a column slice of a wider array)."""
     if a.ndim == 0:
         raise ValueError(f"{a.name}: expected at least 1 dimension, got a scalar")
-    if a.shape[-1] > 1 and a.strides[-1] != 1:
-        raise ValueError(f"{a.name}: the last dimension must be contiguous (stride 1), got stride {a.strides[-1]}")
+    require_contiguous_last(a)
     return collapse(a, a.ndim - 1)
+
+
+def require_contiguous_last(a: Array) -> None:
+    # empty arrays may carry any strides: nothing is read or written
+    if a.shape[-1] > 1 and a.strides[-1] != 1 and a.size:
+        raise ValueError(f"{a.name}: the last dimension must be contiguous (stride 1), got stride {a.strides[-1]}")
 
 
 def collapse(a: Array, dims: int) -> tuple[int, int]:

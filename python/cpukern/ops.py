@@ -324,8 +324,7 @@ def _heads(a: Array, positions: Array, head_size: int) -> tuple[int, int, int]:
             f"{a.name}: expected shape {positions.shape} + (num_heads * head_size,) or + (num_heads, head_size) "
             f"to match positions, got {a.shape}"
         )
-    if a.shape[-1] > 1 and a.strides[-1] != 1:
-        raise ValueError(f"{a.name}: the last dimension must be contiguous (stride 1), got stride {a.strides[-1]}")
+    _arrays.require_contiguous_last(a)
     if a.ndim == lead + 1:
         width = a.shape[-1]
         if width % head_size:
@@ -365,8 +364,7 @@ def _rotary_embedding(
     max_position, rot_dim = ca.shape
     if rot_dim % 2 or rot_dim > head_size:
         raise ValueError(f"cos_sin_cache: rot_dim={rot_dim} (its last dimension) must be even and <= head_size={head_size}")
-    if rot_dim > 1 and ca.strides[1] != 1:
-        raise ValueError(f"cos_sin_cache: the last dimension must be contiguous (stride 1), got stride {ca.strides[1]}")
+    _arrays.require_contiguous_last(ca)
     tokens, pos_stride = _arrays.collapse(pa, pa.ndim)
     heads, q_ts, q_hs = _heads(qa, pa, head_size)
     k_heads, k_ts, k_hs = _heads(ka, pa, head_size) if ka is not None else (0, 0, 0)
@@ -386,5 +384,5 @@ def _rotary_embedding(
     if status == 1:
         values = pa.obj.reshape(-1)
         bad = [int(v) for v in values.tolist() if not 0 <= int(v) < max_position][:3]
-        raise ValueError(f"positions: values must lie in [0, {max_position}) (cos_sin_cache rows), found {bad}")
+        raise ValueError(f"positions: values must lie in [0, {max_position}), found {bad} (rows of cos_sin_cache)")
     _check("rotary_embedding", status)
