@@ -1,0 +1,384 @@
+"""`cpubuild image`: per-ISA, multi-arch container images from docker/Dockerfile.
+
+One image per platform (and ISA set with --each-variant). The host's own
+platform compiles the wheel in the image's build stage; foreign platforms get
+a wheel cross-compiled on the host (`cpubuild wheel --arch`) or given with
+--wheel, so only image assembly and the smoke test run under QEMU. Bases are
+local images only (`cpubuild base-image` makes them; nothing is pulled).
+`--bake FILE` writes a buildx bake file for the same matrix instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ..docker import bake, isa_args, plan
+from ..docker.platforms import host_arch, parse_platforms, split_list, wheel_arch
+from ..errors import DockerError, MatrixFileError, UsageError
+from ..matrix import Arch, Matrix, MatrixError, load_matrix
+
+REPO = Path(__file__).resolve().parents[3]
+DOCKERFILE = REPO / "docker" / "Dockerfile"
+LOG_DIR = REPO / "build" / "images"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    spec: plan.ImageSpec
+    seconds: float
+    steps: int
+    cached_steps: int
+    size: int
+    selected: str | None
+    base_built: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tag": self.spec.tag,
+            "platform": self.spec.platform,
+            "target": self.spec.target,
+            "isa": self.spec.label,
+            "variants": list(self.spec.isas) if self.spec.isas else "all",
+            "base": self.spec.base,
+            "wheel": str(self.spec.wheel) if self.spec.wheel else None,
+            "seconds": round(self.seconds, 2),
+            "steps": self.steps,
+            "cached_steps": self.cached_steps,
+            "size": self.size,
+            "selected": self.selected,
+        }
+
+
+def _load_matrix() -> Matrix:
+    try:
+        return load_matrix()
+    except MatrixError as exc:
+        raise MatrixFileError(str(exc)) from None
+
+
+def _check_dockerfile(matrix: Matrix) -> None:
+    try:
+        in_sync = isa_args.check_block(DOCKERFILE.read_text(encoding="utf-8"), matrix)
+    except (OSError, isa_args.IsaArgsError) as exc:
+        raise DockerError(f"{DOCKERFILE}: {exc}") from None
+    if not in_sync:
+        raise DockerError(
+            f"{DOCKERFILE.relative_to(REPO)}: its CPUKERN_CPU_* build args are out of date with isa_matrix.toml",
+            detail="fix: cpubuild image --sync-dockerfile",
+        )
+
+
+def _wheels_by_arch(matrix: Matrix, wheels: tuple[Path, ...]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for wheel in wheels:
+        if not wheel.is_file():
+            raise UsageError(f"--wheel {wheel}: no such file")
+        arch = wheel_arch(matrix, wheel)
+        if arch.name in out:
+            raise UsageError(f"two wheels for {arch.docker_platform}: {out[arch.name].name} and {wheel.name}")
+        out[arch.name] = wheel.resolve()
+    return out
+
+
+def _isa_sets(
+    matrix: Matrix, arch: Arch, resolved: tuple[str, ...] | None, each_variant: bool
+) -> list[tuple[str, ...] | None]:
+    sets = [resolved]
+    if each_variant:
+        variants = matrix.variants_for(arch.name)
+        baseline = variants[0].name
+        for v in variants:
+            single = (baseline,) if v.is_baseline else (baseline, v.name)
+            if single != resolved and len(single) < len(variants):  # a full set is the `all` image
+                sets.append(single)
+    return sets
+
+
+def make_specs(
+    matrix: Matrix,
+    *,
+    isa: tuple[str, ...],
+    platforms: tuple[str, ...],
+    target: str,
+    tag: str | None,
+    base: str | None,
+    wheels: tuple[Path, ...],
+    each_variant: bool,
+    default_base: Any,
+) -> list[plan.ImageSpec]:
+    """The images to build (validates every input before anything runs)."""
+    by_arch = _wheels_by_arch(matrix, wheels)
+    if split_list(platforms):
+        arches = parse_platforms(matrix, platforms)
+    elif by_arch:
+        arches = [matrix.arches[name] for name in by_arch]
+    else:
+        arches = [host_arch(matrix)]
+    for name, given in by_arch.items():
+        if matrix.arches[name] not in arches:
+            raise UsageError(f"--wheel {given.name} is for {matrix.arches[name].docker_platform}, which --platform leaves out")
+    explicit = bool(split_list(isa))
+    resolved = plan.resolve_isas(matrix, arches, isa)
+    if each_variant and by_arch:
+        raise UsageError("--each-variant builds every variant in its own image; it cannot reuse a given --wheel")
+    specs: list[plan.ImageSpec] = []
+    per_arch = {a.name: _isa_sets(matrix, a, resolved[a.name], each_variant) for a in arches}
+    sets_total = sum(len(s) for s in per_arch.values())
+    for arch in arches:
+        wheel = by_arch.get(arch.name)
+        for wanted in per_arch[arch.name]:
+            isas = wanted if wheel is None else plan.check_wheel(matrix, arch, wheel, wanted, explicit)
+            specs.append(
+                plan.ImageSpec(
+                    arch=arch,
+                    isas=isas,
+                    target=target,
+                    tag=plan.image_tag(tag, target=target, arch=arch, isas=isas, several=sets_total > 1),
+                    base=base or default_base(arch),
+                    wheel=wheel,
+                )
+            )
+    tags = [s.tag for s in specs]
+    if len(set(tags)) != len(tags):
+        raise UsageError(f"--tag {tag} would name several images the same; leave it out for per-ISA tags")
+    return specs
+
+
+def _version_args() -> dict[str, str]:
+    """CPUBUILD_VERSION / SOURCE_DATE_EPOCH from git on the host (the context has no .git)."""
+    try:
+        from ..build.version import source_version
+
+        version = source_version(REPO, REPO / "python" / "cpukern" / "_version.py", os.environ)
+    except (ImportError, UsageError):
+        return {}
+    return {"CPUBUILD_VERSION": version.text, "SOURCE_DATE_EPOCH": str(version.source_date_epoch)}
+
+
+def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console) -> Path:
+    """Cross-compiles the wheel of a foreign platform on the host with `cpubuild wheel --arch`."""
+    isa = "all" if spec.isas is None else ",".join(spec.isas)
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from cpubuild.cli import main; sys.exit(main())",
+        "wheel",
+        "--arch",
+        spec.arch.name,
+        "--isa",
+        isa,
+        "--out",
+        str(out),
+    ]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tools"), os.environ.get("PYTHONPATH")])))
+    console.print(f"cross-compiling the {spec.arch.name} wheel on the host: cpubuild wheel --arch {spec.arch.name} --isa {isa}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    wheels = sorted(out.glob("*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        raise DockerError(
+            f"cross-compiling the {spec.arch.name} wheel for {spec.platform} failed",
+            detail=(proc.stdout + proc.stderr)[-3000:] + f"\nfix: build it yourself and pass --wheel PATH (cpubuild wheel --arch {spec.arch.name})",
+        )
+    return wheels[0]
+
+
+def _smoke(engine: Any, spec: plan.ImageSpec) -> str:
+    """`python3 -m cpukern --json` in the image: the variant its CPU selects."""
+    result = engine.run(spec.tag, ["python3", "-m", "cpukern", "--json"], platform=spec.platform)
+    try:
+        report = json.loads(result.stdout)
+        selected = report.get("selected")
+    except ValueError:
+        selected = None
+    if result.exit_code != 0 or not selected:
+        raise DockerError(
+            f"smoke test of {spec.tag} ({spec.platform}) failed: python3 -m cpukern exited {result.exit_code}",
+            detail=(result.stdout + result.stderr)[-3000:],
+        )
+    return str(selected)
+
+
+def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str, Any], console: Console, verbosity: int) -> Built:
+    from ..docker.base import base_tag, ensure_base_image, is_current
+    from ..docker.context import build_context
+    from ..docker.progress import ConsoleProgress
+    from ..rootfs import check_can_run
+
+    check_can_run(spec.arch.qemu)
+    progress = ConsoleProgress(console, verbosity=verbosity, prefix=f"{spec.arch.debian_arch} ")
+    base_built = False
+    if spec.base == base_tag(spec.arch):
+        if not is_current(engine, spec.arch):
+            console.print(f"base image {spec.base} is missing or stale: building it from debootstrap (cached afterwards)")
+            with progress.live(f"base image {spec.base}"):
+                ensure_base_image(engine, spec.arch, listener=progress, log=console.print, log_file=LOG_DIR / "base.log")
+            base_built = True
+    else:
+        platform = engine.image_platform(spec.base)
+        if platform is None:
+            raise UsageError(
+                f"--base {spec.base} is not a local image; cpubuild never pulls",
+                detail=f"fix: leave --base out (cpubuild makes {base_tag(spec.arch)} from debootstrap), or load/pull {spec.base} yourself",
+            )
+        if platform != spec.platform:
+            raise UsageError(f"--base {spec.base} is {platform}, not {spec.platform}")
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cpubuild-image-") as tmp:
+        wheel = spec.wheel
+        if wheel is None and spec.arch != host_arch(matrix):
+            wheel = _cross_wheel(spec, Path(tmp), console)
+            spec = plan.ImageSpec(arch=spec.arch, isas=spec.isas, target=spec.target, tag=spec.tag, base=spec.base, wheel=wheel)
+        context = build_context(REPO, wheel=wheel)
+        args = spec.build_args(matrix)
+        args.update(opts["version_args"])
+        mode = f"wheel {wheel.name}" if wheel else "compiling in the build stage"
+        console.print(f"building {spec.tag} ({spec.platform}, target {spec.target}, ISA {spec.label}, {mode})")
+        safe = spec.tag.replace("/", "_").replace(":", "_")
+        with context.file, progress.live(f"{spec.tag}"):
+            result = engine.build(
+                context=context.file,
+                dockerfile="docker/Dockerfile",
+                tag=spec.tag,
+                platform=spec.platform,
+                target=spec.target,
+                buildargs=args,
+                labels={"io.cpukern.isa": spec.label, "io.cpukern.platform": spec.platform},
+                listener=progress,
+                log_file=LOG_DIR / f"{safe}.log",
+                nocache=opts["no_cache"],
+            )
+        if opts["output"] is not None:
+            _copy_wheels(engine, spec, Path(opts["output"]), console)
+    seconds = time.monotonic() - start
+    selected = _smoke(engine, spec) if spec.target != "build" and opts["smoke"] else None
+    return Built(
+        spec=spec,
+        seconds=seconds,
+        steps=result.steps,
+        cached_steps=result.cached_steps,
+        size=engine.image_size(spec.tag),
+        selected=selected,
+        base_built=base_built,
+    )
+
+
+def _copy_wheels(engine: Any, spec: plan.ImageSpec, out: Path, console: Console) -> None:
+    """--output: the wheel the build stage made (the classic builder's stand-in for buildx --output)."""
+    copied = engine.copy_out(spec.tag, "/wheels", out, suffix=".whl")
+    for path in copied:
+        console.print(f"wheel: {path}")
+
+
+def _write_bake(matrix: Matrix, specs: list[plan.ImageSpec], path: Path, console: Console) -> dict[str, Any]:
+    document = bake.bake_document(matrix, specs)
+    problems = bake.validate(document, DOCKERFILE.read_text(encoding="utf-8"))
+    if problems:  # a generator bug, not a user mistake
+        raise DockerError("the generated bake file is invalid", detail="\n".join(problems))
+    for spec in specs:
+        if spec.wheel is not None:  # each target reads its own folder of the shared context
+            folder = REPO / bake.wheel_dir(spec)
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.glob("*.whl"):
+                old.unlink()
+            (folder / spec.wheel.name).write_bytes(spec.wheel.read_bytes())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return document
+
+
+@click.command("image")
+@click.option("--isa", "isa", multiple=True, help="Variants (repeatable or comma-separated); default: all of each platform.")
+@click.option("--platform", "platforms", multiple=True, help="linux/amd64, linux/arm64, linux/s390x (comma-separated or repeated); default: this host's.")
+@click.option("--target", type=click.Choice(plan.TARGETS), default="runtime", show_default=True, help="Dockerfile stage to build.")
+@click.option("--tag", default=None, help="Image tag (with several platforms or ISA sets, -<arch> is appended); default cpukern:<target>-<arch>[-<isa>].")
+@click.option("--base", default=None, help="A LOCAL base image (Debian bookworm); default cpubuild/debian:bookworm-<arch>, built by debootstrap when missing.")
+@click.option("--wheel", "wheels", multiple=True, type=click.Path(path_type=Path), help="Use this wheel instead of compiling (one per platform; repeatable).")
+@click.option("--each-variant", is_flag=True, help="Also one image per single variant (baseline + it), like per-ISA images.")
+@click.option("--bake", "bake_file", type=click.Path(path_type=Path), default=None, help="Write a buildx bake file (JSON) for this matrix instead of building.")
+@click.option("--output", type=click.Path(path_type=Path), default=None, help="With --target build: copy the built wheel into this directory.")
+@click.option("--no-smoke", is_flag=True, help="Skip running `python3 -m cpukern --json` in the built image.")
+@click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
+@click.option("--sync-dockerfile", is_flag=True, help="Rewrite docker/Dockerfile's CPUKERN_CPU_* args from isa_matrix.toml and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@click.option("-q", "--quiet", count=True, help="Less output.")
+@click.option("-v", "--verbose", count=True, help="More output (-v: the whole build log).")
+def command(
+    isa: tuple[str, ...],
+    platforms: tuple[str, ...],
+    target: str,
+    tag: str | None,
+    base: str | None,
+    wheels: tuple[Path, ...],
+    each_variant: bool,
+    bake_file: Path | None,
+    output: Path | None,
+    no_smoke: bool,
+    no_cache: bool,
+    sync_dockerfile: bool,
+    as_json: bool,
+    quiet: int,
+    verbose: int,
+) -> None:
+    """Build per-ISA, multi-arch container images (docker/Dockerfile)."""
+    console = Console(stderr=True)
+    matrix = _load_matrix()
+    if sync_dockerfile:
+        text = DOCKERFILE.read_text(encoding="utf-8")
+        synced = isa_args.sync_block(text, matrix)
+        if synced != text:
+            DOCKERFILE.write_text(synced, encoding="utf-8")
+        console.print(f"{DOCKERFILE.relative_to(REPO)}: CPUKERN_CPU_* args {'updated' if synced != text else 'already in sync'}")
+        return
+    _check_dockerfile(matrix)
+    if output is not None and target != "build":
+        raise UsageError("--output copies the wheel of the build stage: use it with --target build")
+    from ..docker.base import base_tag
+
+    specs = make_specs(
+        matrix,
+        isa=isa,
+        platforms=platforms,
+        target=target,
+        tag=tag,
+        base=base,
+        wheels=wheels,
+        each_variant=each_variant,
+        default_base=base_tag if bake_file is None else (lambda arch: base or "debian:bookworm-slim"),
+    )
+    if bake_file is not None:
+        document = _write_bake(matrix, specs, bake_file, console)
+        if as_json:
+            click.echo(json.dumps(document, indent=2, sort_keys=True))
+        else:
+            console.print(f"wrote {bake_file}: {len(specs)} image targets, {len(document['target']) - len(specs)} wheel targets")
+            console.print(f"build them with: docker buildx bake -f {bake_file}   (wheels: docker buildx bake -f {bake_file} wheels)")
+        return
+    from ..docker.engine import Engine
+
+    engine = Engine.connect()
+    verbosity = -1 if quiet else min(verbose, 1)
+    opts = {"no_cache": no_cache, "smoke": not no_smoke, "output": output, "version_args": _version_args()}
+    built = [_build_one(engine, matrix, spec, opts, console, verbosity) for spec in specs]
+    if as_json:
+        click.echo(json.dumps({"images": [b.to_json() for b in built]}, indent=2))
+        return
+    for b in built:
+        picked = f", selects {b.selected}" if b.selected else ""
+        console.print(
+            f"[green]built[/green] {b.spec.tag} ({b.spec.platform}, ISA {b.spec.label}): {b.size / 1e6:.0f} MB, "
+            f"{b.seconds:.1f} s, {b.cached_steps}/{b.steps} steps cached{picked}",
+            highlight=False,
+        )

@@ -1,0 +1,123 @@
+"""buildx bake files (JSON): the whole image matrix for parallel BuildKit builders.
+
+One target per (platform, ISA set) and image stage, plus a `wheel-*` target
+per pair that exports the built wheel with `--output type=local` (group
+`wheels`). `validate` checks a bake document against docker/Dockerfile (the
+targets exist as stages, every arg is declared); buildx itself is not
+installable on the build hosts, so this is what keeps generated files honest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..matrix import Matrix
+from . import dockerfile
+from .context import WHEEL_DIR
+from .plan import ImageSpec
+
+TARGET_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+# Target attributes of the bake JSON format this generator uses.
+TARGET_KEYS = frozenset({"context", "dockerfile", "target", "platforms", "args", "tags", "labels", "output", "pull"})
+DOCKERFILE_PATH = "docker/Dockerfile"
+
+
+def target_name(spec: ImageSpec, stage: str | None = None) -> str:
+    return f"{stage or spec.target}-{spec.arch.debian_arch}-{spec.label}".replace("_", "-")
+
+
+def wheel_dir(spec: ImageSpec) -> str:
+    """Where a target's prebuilt wheel goes in the context: one folder per target,
+    since every target of a bake shares the one context."""
+    return f"{WHEEL_DIR}/{target_name(spec)}"
+
+
+def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, context: str = ".") -> dict[str, Any]:
+    targets: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[str]] = {"default": [], "wheels": []}
+    for spec in specs:
+        name = target_name(spec)
+        args = spec.build_args(matrix, wheel_dir=wheel_dir(spec)) if spec.wheel else spec.build_args(matrix)
+        targets[name] = {
+            "context": context,
+            "dockerfile": DOCKERFILE_PATH,
+            "target": spec.target,
+            "platforms": [spec.platform],
+            "args": args,
+            "tags": [spec.tag],
+            "labels": {"io.cpukern.isa": spec.label, "io.cpukern.platform": spec.platform},
+            "pull": False,
+        }
+        groups["default"].append(name)
+        groups.setdefault(spec.arch.debian_arch, []).append(name)
+        wheel_name = target_name(spec, "wheel")
+        targets[wheel_name] = {
+            "context": context,
+            "dockerfile": DOCKERFILE_PATH,
+            "target": "wheel",
+            "platforms": [spec.platform],
+            "args": args,
+            "output": [f"type=local,dest=wheelhouse/{spec.arch.debian_arch}-{spec.label}"],
+        }
+        groups["wheels"].append(wheel_name)
+    return {"group": {name: {"targets": names} for name, names in groups.items() if names}, "target": targets}
+
+
+def validate(document: Any, dockerfile_text: str) -> list[str]:
+    """Problems of a bake document; empty when it is well formed."""
+    problems: list[str] = []
+    if not isinstance(document, dict):
+        return ["the document must be a JSON object"]
+    extra = set(document) - {"group", "target", "variable"}
+    if extra:
+        problems.append(f"unknown top-level keys: {', '.join(sorted(extra))}")
+    targets = document.get("target")
+    if not isinstance(targets, dict) or not targets:
+        return [*problems, "'target' must be a non-empty object"]
+    stage_names = set(dockerfile.stages(dockerfile_text))
+    declared = dockerfile.declared_args(dockerfile_text)
+    for name, target in targets.items():
+        where = f"target {name!r}"
+        if not TARGET_NAME.match(name):
+            problems.append(f"{where}: name must match {TARGET_NAME.pattern}")
+        if not isinstance(target, dict):
+            problems.append(f"{where}: must be an object")
+            continue
+        unknown = set(target) - TARGET_KEYS
+        if unknown:
+            problems.append(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        for key in ("context", "dockerfile", "target"):
+            if not isinstance(target.get(key), str) or not target[key]:
+                problems.append(f"{where}: {key!r} must be a non-empty string")
+        if isinstance(target.get("target"), str) and target["target"] not in stage_names:
+            problems.append(f"{where}: stage {target['target']!r} is not in the Dockerfile ({', '.join(sorted(stage_names))})")
+        platforms = target.get("platforms")
+        if not isinstance(platforms, list) or not platforms or not all(isinstance(p, str) and PLATFORM.match(p) for p in platforms):
+            problems.append(f"{where}: 'platforms' must be a non-empty list of os/arch strings")
+        args = target.get("args", {})
+        if not isinstance(args, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in args.items()):
+            problems.append(f"{where}: 'args' must map strings to strings")
+        else:
+            undeclared = sorted(set(args) - declared)
+            if undeclared:
+                problems.append(f"{where}: args not declared in the Dockerfile: {', '.join(undeclared)}")
+        for key in ("tags", "output"):
+            value = target.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                problems.append(f"{where}: {key!r} must be a list of strings")
+    groups = document.get("group", {})
+    if not isinstance(groups, dict) or "default" not in groups:
+        problems.append("'group' must be an object with a 'default' group")
+    else:
+        for gname, group in groups.items():
+            members = group.get("targets") if isinstance(group, dict) else None
+            if not isinstance(members, list) or not members:
+                problems.append(f"group {gname!r}: 'targets' must be a non-empty list")
+                continue
+            missing = [m for m in members if m not in targets]
+            if missing:
+                problems.append(f"group {gname!r}: unknown targets {', '.join(map(str, missing))}")
+    return problems

@@ -1,0 +1,53 @@
+"""Docker platforms and wheels, mapped to the matrix's arches."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from ..errors import UsageError
+from ..matrix import Arch, Matrix
+
+
+def split_list(values: Iterable[str]) -> list[str]:
+    """Repeatable, comma-separated option values, flattened, blanks dropped."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def host_arch(matrix: Matrix) -> Arch:
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(os.uname().machine, os.uname().machine)
+    if machine not in matrix.arches:
+        raise UsageError(f"this host's arch {machine!r} is not in the matrix (declared: {', '.join(matrix.arches)})")
+    return matrix.arches[machine]
+
+
+def parse_platforms(matrix: Matrix, values: Iterable[str]) -> list[Arch]:
+    """`linux/amd64,linux/arm64` -> arches, in the order given, each once.
+    No value: the host's platform."""
+    names = split_list(values)
+    if not names:
+        return [host_arch(matrix)]
+    by_platform = {a.docker_platform: a for a in matrix.arches.values()}
+    out: list[Arch] = []
+    for name in names:
+        arch = by_platform.get(name)
+        if arch is None:
+            raise UsageError(f"unknown platform {name!r} (known: {', '.join(by_platform)})")
+        if arch not in out:
+            out.append(arch)
+    return out
+
+
+def wheel_arch(matrix: Matrix, wheel: Path) -> Arch:
+    """The arch a wheel's platform tag names (`..._x86_64.whl` -> x86_64)."""
+    try:
+        _, _, _, tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise UsageError(f"{wheel}: not a wheel file name ({exc})") from None
+    found = {a for tag in tags for a in matrix.arches.values() if tag.platform.endswith("_" + a.name)}
+    if len(found) != 1:
+        raise UsageError(f"{wheel.name}: its platform tag names no single arch of the matrix ({', '.join(matrix.arches)})")
+    return found.pop()
