@@ -204,18 +204,21 @@ def test_forced_amx_on_a_host_without_it(installed: Path, work: Path, report: di
 
 
 def test_import_stays_lazy_when_the_forced_variant_cannot_run(installed: Path, work: Path, report: dict[str, Any]) -> None:
-    """`import cpukern` succeeds; the first call that needs a variant raises UnsupportedISAError."""
+    """`import cpukern` succeeds; selected_isa() and the first op call raise UnsupportedISAError."""
     unsupported = [v["name"] for v in report["variants"] if v["built"] and not v["supported"]]
     require(bool(unsupported), "this host runs every built variant")
     script = (
         "import cpukern\n"
-        "try:\n    cpukern.selected_isa()\n"
-        "except cpukern.UnsupportedISAError as exc:\n    print('raised', exc.name, ','.join(exc.missing))\n"
+        "import numpy as np\n"
+        "def op():\n    cpukern.rms_norm(np.ones((1, 8), np.float32), np.ones(8, np.float32))\n"
+        "for name, call in (('selected_isa', cpukern.selected_isa), ('rms_norm', op)):\n"
+        "    try:\n        call()\n"
+        "    except cpukern.UnsupportedISAError as exc:\n        print(name, exc.name, ','.join(exc.missing))\n"
     )
     proc = run_python(["-c", script], cwd=work, env=clean_env(CPUKERN_ISA=unsupported[-1]))
     assert proc.returncode == 0, proc.stderr
-    lacking = next(v["missing"] for v in report["variants"] if v["name"] == unsupported[-1])
-    assert proc.stdout.split() == ["raised", unsupported[-1], ",".join(lacking)]
+    lacking = ",".join(next(v["missing"] for v in report["variants"] if v["name"] == unsupported[-1]))
+    assert proc.stdout.splitlines() == [f"selected_isa {unsupported[-1]} {lacking}", f"rms_norm {unsupported[-1]} {lacking}"]
 
 
 def test_unknown_name_lists_available(installed: Path, work: Path, report: dict[str, Any]) -> None:
