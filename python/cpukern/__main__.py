@@ -28,6 +28,7 @@ def report() -> dict[str, Any]:
         "host_features": list(host.features.found),
         "missing_features": dict(host.features.not_found),
         "override": None,
+        "disabled": [],
         "selected": None,
         "error": None,
         "variants": [],
