@@ -19,6 +19,20 @@ if(NOT APPLE)
   set(CPUKERN_LINK_FLAGS -Wl,--as-needed -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--build-id=sha1)
 endif()
 
+# manylinux floor (docs/wheels.md): `cpubuild wheel` writes CPUKERN_SYMVER_HEADER,
+# .symver directives binding libc/libm/libstdc++ symbols to the newest version the
+# target policy allows; it is force-included everywhere. gcc 12 calls _Float16
+# helpers (__extendhfsf2@GCC_12.0.0) on CPUs without F16C: link them from the
+# static libgcc.a (hidden there) so no GCC_12 symbol version is imported.
+set(CPUKERN_SYMVER_HEADER "" CACHE FILEPATH "Header of .symver directives (written by cpubuild wheel)")
+if(CPUKERN_SYMVER_HEADER)
+  list(APPEND CPUKERN_COMMON_FLAGS "SHELL:-include \"${CPUKERN_SYMVER_HEADER}\"")
+endif()
+set(CPUKERN_LINK_LIBRARIES "")
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT APPLE)
+  set(CPUKERN_LINK_LIBRARIES -l:libgcc.a)
+endif()
+
 function(cpukern_load_matrix)
   set(out "${CMAKE_CURRENT_BINARY_DIR}/cpukern_matrix.cmake")
   execute_process(
@@ -94,7 +108,7 @@ function(cpukern_add_variant variant)
   target_compile_options(${target} PRIVATE ${CPUKERN_COMMON_FLAGS} ${CPUKERN_VARIANT_${variant}_FLAGS})
   target_link_options(${target} PRIVATE ${CPUKERN_LINK_FLAGS} ${CPUKERN_VARIANT_${variant}_FLAGS})
   find_package(Threads REQUIRED)
-  target_link_libraries(${target} PRIVATE Threads::Threads)
+  target_link_libraries(${target} PRIVATE Threads::Threads ${CPUKERN_LINK_LIBRARIES})
   string(REGEX REPLACE "\\.[a-z]+$" "" stem "${CPUKERN_LIBRARY_PATTERN}")
   string(REPLACE "{variant}" "${variant}" stem "${stem}")
   set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "${stem}" INTERPROCEDURAL_OPTIMIZATION OFF)

@@ -35,6 +35,10 @@ class BuildFailedError(CpubuildError):
     """A compile, link or repair step failed."""
 
 
+class CompilerFlagsError(CpubuildError):
+    """The compiler rejects the flags of a variant that was asked for."""
+
+
 class EmulatedTestError(CpubuildError):
     """A wheel failed its checks (or crashed) under an emulated CPU model."""
 

@@ -1,0 +1,142 @@
+"""`cpubuild wheel`: one repaired, reproducible wheel for a set of ISA variants."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import CpubuildError, ToolMissingError, UsageError
+from ..matrix import Matrix
+from ..platforms import Host, select_platform
+from ..wheelbuild import hostcpu
+from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
+from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
+from ..wheelbuild.project import Project, find_project
+from ..wheelbuild.report import dump_json, make_reporter, render_summary
+from ..wheelbuild.runner import execute
+from ..wheelbuild.version import source_version
+
+
+def resolve_ccache(choice: str) -> str | None:
+    path = shutil.which("ccache")
+    if choice == "off":
+        return None
+    if choice == "on" and path is None:
+        raise ToolMissingError("--ccache on, but ccache is not installed", detail="fix: apt-get install -y ccache")
+    return path
+
+
+def plan_from_options(
+    project: Project, matrix: Matrix, options: WheelOptions, *, host: Host, verbose: bool = False
+) -> BuildPlan:
+    """Options -> plan: validates the arch and ISA names, resolves the version. Runs nothing."""
+    arch = options.arch or host.arch
+    if arch not in matrix.arches:
+        raise UsageError(f"unknown arch {arch!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
+    platform = select_platform(arch, host)
+
+    def native() -> str:
+        features = hostcpu.host_features(arch, matrix.features.get(arch, {}))
+        return best_runnable(matrix, arch, features.found).name
+
+    isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None)
+    source = source_version(project.root, project.base_version_file, os.environ)
+    isolated = not project.backend_importable() if options.isolation == "auto" else options.isolation == "on"
+    return make_plan(
+        matrix=matrix,
+        project=project.root,
+        isa=isa,
+        platform=platform.name,
+        source=source,
+        build_root=options.build_root or project.root / "build" / "cpubuild",
+        out_dir=Path.cwd() / options.out,
+        frontend=options.frontend,
+        isolated=isolated,
+        jobs=options.jobs or os.cpu_count() or 1,
+        ccache=resolve_ccache(options.ccache),
+        repair=options.repair,
+        clean=options.clean,
+        verbose=verbose,
+    )
+
+
+@click.command(name="wheel")
+@click.option("--isa", "isa", multiple=True, metavar="NAME[,NAME]",
+              help="Variants to include (repeatable, comma-separated): names from isa_matrix.toml, "
+                   "'all' (default: every variant of the arch) or 'native' (the best this host runs). "
+                   "The baseline is always included.")
+@click.option("--arch", help="Target arch from isa_matrix.toml (default: the host's).")
+@click.option("--out", type=click.Path(path_type=Path), help="Output directory (default: wheelhouse/).")
+@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Project directory (default: the nearest one above the working directory).")
+@click.option("--build-root", type=click.Path(path_type=Path), help="Where the per-(arch, ISA set) build directories live (default: <project>/build/cpubuild).")
+@click.option("--frontend", type=click.Choice(FRONTENDS), help="PEP 517 frontend (default: build).")
+@click.option("--isolation", type=click.Choice(SWITCHES), help="Isolated build environment (default: auto, i.e. only when the backend is not installed here).")
+@click.option("-j", "--jobs", type=int, help="Parallel compile jobs (default: all CPUs).")
+@click.option("--ccache", type=click.Choice(SWITCHES), help="Compiler cache (default: auto, used when installed).")
+@click.option("--repair/--no-repair", default=None, help="auditwheel repair (default: on).")
+@click.option("--clean", is_flag=True, default=None, help="Start from an empty build directory.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
+@click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+def command(
+    isa: tuple[str, ...],
+    arch: str | None,
+    out: Path | None,
+    project_dir: Path | None,
+    build_root: Path | None,
+    frontend: str | None,
+    isolation: str | None,
+    jobs: int | None,
+    ccache: str | None,
+    repair: bool | None,
+    clean: bool | None,
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
+) -> None:
+    """Build one repaired, reproducible wheel holding a set of ISA variants.
+
+    Options come from, in rising precedence: pyproject.toml [tool.cpubuild.wheel],
+    CPUBUILD_* environment variables, this command line. See docs/wheels.md.
+    """
+    if quiet and verbose:
+        raise UsageError("-q and -v exclude each other")
+    try:
+        summary = _run(
+            cli={"isa": isa, "arch": arch, "out": out, "build_root": build_root, "frontend": frontend,
+                 "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean},
+            project_dir=project_dir, quiet=quiet, verbose=verbose,
+        )
+    except CpubuildError as exc:
+        if as_json:
+            click.echo(dump_json({"ok": False, "error": exc.message, "detail": exc.detail, "exit_code": exc.exit_code}))
+        raise
+    if as_json:
+        click.echo(dump_json(summary))
+    elif quiet:
+        click.echo(summary["wheel"]["path"])
+    else:
+        click.echo(render_summary(summary))
+
+
+def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:
+    project = find_project(project_dir)
+    options = layer_options(
+        pyproject=project.tool("cpubuild", "wheel") or {},
+        environ=os.environ,
+        cli=cli,
+        project=project.root,
+        cwd=Path.cwd(),
+    )
+    matrix = project.load_matrix()
+    host = Host.current()
+    plan = plan_from_options(project, matrix, options, host=host, verbose=verbose)
+    platform = select_platform(plan.arch, host)
+    reporter = make_reporter(quiet=quiet, verbose=verbose)
+    reporter.note(f"{plan.arch} [{', '.join(plan.variants)}] -> {plan.version}")
+    return execute(plan, platform, matrix, reporter)

@@ -1,0 +1,169 @@
+"""Keep the manylinux floor down on a new-glibc build host.
+
+Linking on Debian 12 (glibc 2.36, gcc 12) binds symbols to their newest
+version even when an older, compatible one exists: glibc 2.34 moved
+``pthread_once`` & co. into libc under ``GLIBC_2.34`` (same code, new
+version), libm 2.29 re-versioned ``exp``/``log``/``pow``, and libstdc++ 12
+re-versioned ``condition_variable::wait`` as ``GLIBCXX_3.4.30``. Any one of
+them lifts the wheel to manylinux_2_34 or 2_35.
+
+This module reads the target's own libraries (the ones the toolchain links
+against) and the policy's symbol-version ceilings from auditwheel's policy
+table, and writes a header of ``.symver`` directives binding every symbol whose
+default version is above the ceiling to the newest version at or below it -
+exactly the version a build on a manylinux_2_28 system would have bound. The
+build force-includes it (CMake ``CPUKERN_SYMVER_HEADER``). Symbols without such
+an older version are left alone: auditwheel then reports the higher floor and
+`cpubuild wheel` names the symbol.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from . import cache
+
+# The shared libraries a C/C++ module links against that manylinux policies version.
+LINKED_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+CACHE_FILE = "glibc-symver.json"
+_TAG = re.compile(r"^(manylinux_\d+_\d+)_(\w+)$")
+_VERSION = re.compile(r"^([A-Z]+(?:_[A-Z]+)*)_(\d+(?:\.\d+)*)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Directive:
+    symbol: str
+    version: str  # e.g. GLIBC_2.2.5
+    default: str  # the version the linker would bind without the directive
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+def split_version(name: str) -> tuple[str, tuple[int, ...]] | None:
+    """'GLIBC_2.34' -> ('GLIBC', (2, 34)); None for names like 'libc.so.6'."""
+    match = _VERSION.match(name)
+    return (match.group(1), _key(match.group(2))) if match else None
+
+
+def policy_ceilings(tag: str) -> dict[str, tuple[int, ...]]:
+    """Highest allowed version per prefix (GLIBC, GLIBCXX, CXXABI, GCC ...) for a manylinux tag."""
+    match = _TAG.match(tag)
+    if match is None:
+        raise ValueError(f"not a manylinux platform tag: {tag!r}")
+    name, arch = match.groups()
+    table = json.loads(resources.files("auditwheel.policy").joinpath("manylinux-policy.json").read_text(encoding="utf-8"))
+    for policy in table:
+        if policy["name"] == name:
+            per_prefix: Mapping[str, Sequence[str]] = policy["symbol_versions"].get(arch, {})
+            ceilings: dict[str, tuple[int, ...]] = {}
+            for prefix, versions in per_prefix.items():
+                numeric = [_key(v) for v in versions if re.fullmatch(r"\d+(?:\.\d+)*", v)]  # skip CXXABI_TM_1 & co.
+                if numeric:
+                    ceilings[prefix] = max(numeric)
+            return ceilings
+    raise ValueError(f"auditwheel knows no policy {name!r}")
+
+
+def choose(versions: Iterable[tuple[str, bool]], ceilings: Mapping[str, tuple[int, ...]]) -> tuple[str, str] | None:
+    """Pure rule for one symbol: (version to bind, default) or None to leave it alone.
+
+    `versions`: (version name, hidden) pairs of one defined symbol; the
+    non-hidden one is the linker's default."""
+    pairs = list(versions)
+    default = next((v for v, hidden in pairs if not hidden), None)
+    parsed = split_version(default) if default else None
+    if default is None or parsed is None or parsed[0] not in ceilings:
+        return None
+    prefix, number = parsed
+    if number <= ceilings[prefix]:
+        return None
+    older = [(split_version(v), v) for v, hidden in pairs if hidden]
+    allowed = [(p[1], v) for p, v in older if p is not None and p[0] == prefix and p[1] <= ceilings[prefix]]
+    return (max(allowed)[1], default) if allowed else None
+
+
+def read_versions(path: Path) -> dict[str, list[tuple[str, bool]]]:
+    """Defined dynamic symbols of a shared library -> [(version, hidden)]."""
+    from elftools.elf.elffile import ELFFile  # auditwheel's dependency: present wherever repair runs
+
+    symbols: dict[str, list[tuple[str, bool]]] = {}
+    with path.open("rb") as f:
+        elf = ELFFile(f)
+        dynsym: Any = elf.get_section_by_name(".dynsym")
+        versym: Any = elf.get_section_by_name(".gnu.version")
+        verdef: Any = elf.get_section_by_name(".gnu.version_d")
+        if dynsym is None or versym is None or verdef is None:
+            return symbols
+        names = {int(vd["vd_ndx"]): next(aux).name for vd, aux in verdef.iter_versions()}
+        for index, sym in enumerate(dynsym.iter_symbols()):
+            if sym["st_shndx"] == "SHN_UNDEF" or not sym.name:
+                continue
+            ndx = versym.get_symbol(index).entry["ndx"]
+            if not isinstance(ndx, int):
+                continue  # VER_NDX_LOCAL / VER_NDX_GLOBAL: unversioned
+            version = names.get(ndx & 0x7FFF)
+            if version is not None and split_version(version) is not None:
+                symbols.setdefault(sym.name, []).append((version, bool(ndx & 0x8000)))
+    return symbols
+
+
+def library_paths(compiler: Sequence[str]) -> list[Path]:
+    """The target libraries the toolchain links against (works for cross compilers)."""
+    found = []
+    for soname in LINKED_LIBRARIES:
+        out = subprocess.run([*compiler, f"-print-file-name={soname}"], capture_output=True, text=True, timeout=60).stdout.strip()
+        path = Path(out)
+        if path.is_absolute() and path.is_file():
+            found.append(path.resolve())
+    return found
+
+
+def directives(compiler: Sequence[str], tag: str) -> list[Directive]:
+    libs = library_paths(compiler)
+    key = cache.digest(tag, *(cache.file_key(p) for p in libs))
+    known = cache.load(CACHE_FILE)
+    hit = known.get(key)
+    if isinstance(hit, list):
+        return [Directive(symbol=d[0], version=d[1], default=d[2]) for d in hit]
+    ceilings = policy_ceilings(tag)
+    result: dict[str, Directive] = {}
+    for lib in libs:
+        for symbol, versions in read_versions(lib).items():
+            picked = choose(versions, ceilings)
+            if picked is not None:
+                result[symbol] = Directive(symbol=symbol, version=picked[0], default=picked[1])
+    ordered = [result[s] for s in sorted(result)]
+    known[key] = [[d.symbol, d.version, d.default] for d in ordered]
+    cache.store(CACHE_FILE, known)
+    return ordered
+
+
+def render_header(found: Sequence[Directive], tag: str) -> str:
+    lines = [
+        f"/* Generated by cpubuild (tools/cpubuild/wheelbuild/glibc.py) for {tag}: binds symbols",
+        "   whose default version is newer than the policy allows to the newest allowed",
+        "   version of the same symbol. Force-included into every translation unit. */",
+        "#if defined(__linux__) && !defined(CPUKERN_NO_SYMVER)",
+    ]
+    lines += [f'__asm__(".symver {d.symbol},{d.symbol}@{d.version}"); /* default {d.default} */' for d in found]
+    lines.append("#endif")
+    return "\n".join(lines) + "\n"
+
+
+def write_header(compiler: Sequence[str], tag: str, dest: Path) -> int:
+    """Writes the header (only when its content changes, so rebuilds stay no-ops); returns the directive count."""
+    found = directives(compiler, tag)
+    text = render_header(found, tag)
+    if not dest.is_file() or dest.read_text(encoding="utf-8") != text:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text, encoding="utf-8")
+    return len(found)

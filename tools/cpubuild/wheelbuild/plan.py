@@ -1,0 +1,237 @@
+"""The build plan: which variants, which name, which settings - computed, never run.
+
+Everything here is pure (no subprocess, no file system) so unit tests can walk
+the whole matrix -> plan path, cibuildwheel style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UnknownISAError, UsageError
+from ..matrix import Matrix, Variant
+from .version import SourceVersion
+
+ALL = "all"
+NATIVE = "native"
+CPU_LABEL = "cpu"
+ENV_BUILD_VERSION = "CPUKERN_BUILD_VERSION"  # read by wheelbuild/skbuild_version.py
+
+
+@dataclass(frozen=True, kw_only=True)
+class IsaSet:
+    """The variants one wheel carries (baseline first, then by priority)."""
+
+    arch: str
+    variants: tuple[str, ...]
+    complete: bool  # every variant of the arch
+    label: tuple[str, ...]  # local-version segments: ("cpu",) or ("cpu", "avx512")
+
+    @property
+    def label_text(self) -> str:
+        return ".".join(self.label)
+
+    @property
+    def cmake_list(self) -> str:
+        return ",".join(self.variants)
+
+
+def split_isa_args(values: Iterable[str]) -> list[str]:
+    """`--isa a,b --isa c` -> [a, b, c] (order kept, blanks dropped, lower-cased)."""
+    names: list[str] = []
+    for value in values:
+        for item in value.replace(";", ",").split(","):
+            item = item.strip().lower()
+            if item and item not in names:
+                names.append(item)
+    return names
+
+
+def label_segment(variant: str) -> str:
+    """A variant name as a PEP 440 local-version segment ('neon_bf16' -> 'neonbf16').
+
+    Local segments are letters and digits only: '_' would be normalised into a
+    segment separator, so it is dropped (uniqueness is checked per arch)."""
+    return variant.replace("_", "")
+
+
+def check_labels_unique(matrix: Matrix, arch: str) -> None:
+    seen: dict[str, str] = {}
+    for v in matrix.variants_for(arch):
+        seg = label_segment(v.name)
+        if seg in seen:
+            raise UsageError(f"variants {seen[seg]!r} and {v.name!r} ({arch}) would share the wheel label segment {seg!r}; rename one in {matrix.path}")
+        seen[seg] = v.name
+
+
+def isa_label(matrix: Matrix, arch: str, variants: Iterable[str]) -> tuple[str, ...]:
+    """`cpu` for every variant; else `cpu` + the non-baseline variants, or the baseline alone."""
+    chosen = set(variants)
+    everything = [v.name for v in matrix.variants_for(arch)]
+    if chosen >= set(everything):
+        return (CPU_LABEL,)
+    extras = [label_segment(n) for n in everything if n in chosen and n != matrix.baseline(arch).name]
+    return (CPU_LABEL, *(extras or [label_segment(matrix.baseline(arch).name)]))
+
+
+def _arch_of(matrix: Matrix, name: str) -> list[str]:
+    return sorted({v.arch for v in matrix.variants if v.name == name})
+
+
+def resolve_isa_set(
+    matrix: Matrix,
+    arch: str,
+    requested: Iterable[str],
+    *,
+    native: Callable[[], str] | None = None,
+) -> IsaSet:
+    """Validates and expands `--isa` values for `arch`.
+
+    `native` returns the best variant this host runs; None when the target is
+    not the host (then `native` is a usage error). The baseline is always added.
+    """
+    if arch not in matrix.arches:
+        raise UsageError(f"unknown arch {arch!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
+    check_labels_unique(matrix, arch)
+    ordered = matrix.variants_for(arch)
+    known = [v.name for v in ordered]
+    names = split_isa_args(requested) or [ALL]
+    wanted: set[str] = {matrix.baseline(arch).name}
+    for name in names:
+        if name == ALL:
+            wanted.update(known)
+        elif name == NATIVE:
+            if native is None:
+                raise UsageError(f"--isa native means the best variant this host runs; it cannot be used for --arch {arch} on this host")
+            wanted.add(native())
+        elif name in known:
+            wanted.add(name)
+        else:
+            others = _arch_of(matrix, name)
+            if others:
+                raise UnknownISAError(
+                    f"ISA {name!r} is a variant of {', '.join(others)}, not of {arch} (use --arch {others[0]}, or one of: {', '.join(known)})"
+                )
+            raise UnknownISAError(f"unknown ISA {name!r} for {arch} (known: {', '.join([*known, ALL, NATIVE])})")
+    variants = tuple(n for n in known if n in wanted)
+    return IsaSet(arch=arch, variants=variants, complete=len(variants) == len(known), label=isa_label(matrix, arch, variants))
+
+
+def best_runnable(matrix: Matrix, arch: str, host_features: Iterable[str]) -> Variant:
+    """The highest-priority variant whose required features the host has."""
+    have = set(host_features)
+    runnable = [v for v in matrix.variants_for(arch) if all(f in have for f in v.requires)]
+    return runnable[-1] if runnable else matrix.baseline(arch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    """Everything one `cpubuild wheel` run will do, decided before it starts."""
+
+    project: Path
+    arch: str
+    platform: str
+    isa: IsaSet
+    version: str
+    source_version: str
+    version_origin: str
+    source_date_epoch: int
+    build_dir: Path
+    out_dir: Path
+    manylinux: str  # the manylinux tag the matrix aims at: the ceiling of the repair
+    frontend: str
+    isolated: bool
+    jobs: int
+    ccache: str | None  # path of ccache, or None
+    repair: bool
+    clean: bool
+    config_settings: Mapping[str, str] = field(hash=False)
+    env: Mapping[str, str] = field(hash=False)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return self.isa.variants
+
+
+def build_dir_for(build_root: Path, arch: str, isa: IsaSet) -> Path:
+    """One build directory per (arch, ISA set): switching sets never reconfigures another's."""
+    return build_root / f"{arch}-{isa.label_text}"
+
+
+def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose: bool) -> dict[str, str]:
+    """The PEP 517 config-settings scikit-build-core gets for one ISA set."""
+    settings = {
+        "build-dir": str(build_dir),
+        "cmake.build-type": "Release",
+        "cmake.define.CPUKERN_ARCH": isa.arch,
+        # An explicit list: CMake then fails (instead of skipping) when the
+        # compiler cannot build a variant that was asked for.
+        "cmake.define.CPUKERN_ISA": isa.cmake_list,
+        "wheel.reproducible": "true",
+        "build.verbose": "true" if verbose else "false",
+    }
+    if ccache:
+        settings["cmake.define.CMAKE_C_COMPILER_LAUNCHER"] = ccache
+        settings["cmake.define.CMAKE_CXX_COMPILER_LAUNCHER"] = ccache
+    return settings
+
+
+def build_env(*, version: str, source_date_epoch: int, jobs: int) -> dict[str, str]:
+    return {
+        ENV_BUILD_VERSION: version,
+        "SOURCE_DATE_EPOCH": str(source_date_epoch),
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
+        # Locale-independent compiler messages in the log tail we show.
+        "LC_ALL": "C",
+    }
+
+
+def make_plan(
+    *,
+    matrix: Matrix,
+    project: Path,
+    isa: IsaSet,
+    platform: str,
+    source: SourceVersion,
+    build_root: Path,
+    out_dir: Path,
+    frontend: str,
+    isolated: bool,
+    jobs: int,
+    ccache: str | None,
+    repair: bool,
+    clean: bool,
+    verbose: bool = False,
+    extra_settings: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> BuildPlan:
+    arch = matrix.arches[isa.arch]
+    build_dir = build_dir_for(build_root, isa.arch, isa)
+    version = source.with_label(isa.label)
+    settings = config_settings(isa=isa, build_dir=build_dir, ccache=ccache, verbose=verbose)
+    settings.update(extra_settings or {})
+    env = build_env(version=version, source_date_epoch=source.source_date_epoch, jobs=jobs)
+    env.update(extra_env or {})
+    return BuildPlan(
+        project=project,
+        arch=isa.arch,
+        platform=platform,
+        isa=isa,
+        version=version,
+        source_version=source.text,
+        version_origin=source.origin,
+        source_date_epoch=source.source_date_epoch,
+        build_dir=build_dir,
+        out_dir=out_dir,
+        manylinux=arch.manylinux,
+        frontend=frontend,
+        isolated=isolated,
+        jobs=jobs,
+        ccache=ccache,
+        repair=repair,
+        clean=clean,
+        config_settings=settings,
+        env=env,
+    )

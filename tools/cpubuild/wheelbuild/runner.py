@@ -1,0 +1,236 @@
+"""Runs a BuildPlan on a Platform: preflight, build, repair, normalise, deliver.
+
+Everything is produced in a private staging directory and moved into the
+output directory only at the very end (an atomic rename), so a failing or
+interrupted build leaves nothing half-written there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import BuildFailedError
+from ..matrix import Matrix
+from ..platforms import Platform, Toolchain
+from . import compilers, frontend, wheelzip
+from .plan import BuildPlan
+from .report import Reporter
+from .tools import require_all
+
+LOG_TAIL_LINES = 30
+# Variables that would silently change what the backend builds.
+SCRUBBED_ENV = ("CPUKERN_ISA_BUILD", "SKBUILD_BUILD_DIR")
+
+
+@contextlib.contextmanager
+def locked(path: Path, reporter: Reporter) -> Iterator[None]:
+    """Exclusive lock on one build directory (two builds of one ISA set would corrupt it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            reporter.note(f"waiting for another build holding {path}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The part of a build log worth showing: from the first FAILED step, else the end."""
+    all_lines = text.splitlines()
+    for i, line in enumerate(all_lines):
+        if line.startswith("FAILED: "):
+            return "\n".join(all_lines[i : i + lines])
+    return "\n".join(all_lines[-lines:])
+
+
+def failure_message(*, stage: str | None, target: str | None, returncode: int) -> str:
+    if target and stage == "configure":
+        return f"CMake configure failed for variant {target!r} (exit {returncode})"
+    if target == "probe":
+        return f"the CPU probe library failed to build (exit {returncode})"
+    if target:
+        return f"compile failed in variant {target!r} (exit {returncode})"
+    return f"the wheel build failed during {stage or 'start-up'} (exit {returncode})"
+
+
+def preflight(plan: BuildPlan, platform: Platform, matrix: Matrix, environ: Mapping[str, str]) -> Toolchain:
+    """Tools present, compilers identified, every requested variant's flags accepted."""
+    arch = matrix.arches[plan.arch]
+    require_all([*platform.requirements(arch), frontend.requirement(plan.frontend)])
+    toolchain = platform.toolchain(arch, environ)
+    variants = [matrix.variant(plan.arch, n) for n in plan.variants]
+    compilers.require_variants(toolchain.cxx, variants, jobs=plan.jobs)
+    compilers.require_variants(toolchain.c, [matrix.baseline(plan.arch)], jobs=1)
+    return toolchain
+
+
+def _verify(contents: wheelzip.WheelContents, plan: BuildPlan) -> None:
+    problems = wheelzip.record_problems(contents.path)
+    if contents.manifest is None:
+        problems.append("no _manifest.json in the wheel")
+    else:
+        built = set(contents.built_variants)
+        present = set(contents.variant_libraries)
+        if built != set(plan.variants):
+            problems.append(f"manifest lists {sorted(built)}, the plan asked for {sorted(plan.variants)}")
+        if present != set(plan.variants):
+            problems.append(f"variant libraries present: {sorted(present)}, expected {sorted(plan.variants)}")
+    if problems:
+        raise BuildFailedError(f"{contents.path.name} failed verification", detail="\n".join(problems))
+
+
+def _deliver(source: Path, out_dir: Path) -> Path:
+    """Atomic move into the output directory (copy + rename across file systems)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / source.name
+    try:
+        os.replace(source, target)
+    except OSError:
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{source.name}.", suffix=".partial")
+        os.close(fd)
+        try:
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return target
+
+
+def execute(
+    plan: BuildPlan,
+    platform: Platform,
+    matrix: Matrix,
+    reporter: Reporter,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Builds the plan's wheel into plan.out_dir and returns the JSON summary."""
+    environ = dict(os.environ if environ is None else environ)
+    started = time.monotonic()
+    try:
+        reporter.stage("preflight")
+        toolchain = preflight(plan, platform, matrix, environ)
+        reporter.note(f"compiler: {toolchain.cxx.display}")
+        build_root = plan.build_dir.parent
+        log_path = build_root / "logs" / f"{plan.build_dir.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with locked(plan.build_dir.parent / f"{plan.build_dir.name}.lock", reporter):
+            if plan.clean and plan.build_dir.exists():
+                shutil.rmtree(plan.build_dir)
+            plan.build_dir.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=build_root))
+            try:
+                with log_path.open("w", encoding="utf-8") as log:
+                    result = _build(plan, platform, toolchain, reporter, environ, staging, log, log_path)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        reporter.close()
+    result["stages"] = reporter.stage_seconds
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def _build(
+    plan: BuildPlan,
+    platform: Platform,
+    toolchain: Toolchain,
+    reporter: Reporter,
+    environ: Mapping[str, str],
+    staging: Path,
+    log: IO[str],
+    log_path: Path,
+) -> dict[str, Any]:
+    def log_line(text: str) -> None:
+        log.write(text + "\n")
+        reporter.line(text)
+
+    setup = platform.setup(plan, toolchain, log_line)
+    for note in setup.notes:
+        reporter.note(note)
+    settings = {**plan.config_settings, **setup.config_settings}
+    env = {k: v for k, v in environ.items() if k not in SCRUBBED_ENV}
+    env.update(plan.env)
+    env.update(setup.env)
+    dist = staging / "dist"
+    dist.mkdir()
+    cmd = frontend.frontend_command(
+        plan.frontend, python=sys.executable, project=plan.project, outdir=dist, settings=settings, isolated=plan.isolated
+    )
+    reporter.variants([*plan.variants, "probe"])
+    reporter.stage("frontend")
+    current: dict[str, str | None] = {"stage": "frontend"}
+
+    def on_event(event: frontend.Event) -> None:
+        if event.kind == "stage" and event.stage and event.stage != current["stage"]:
+            current["stage"] = event.stage
+            reporter.stage(event.stage)
+        reporter.event(event)
+
+    outcome = frontend.run_frontend(
+        cmd, env=env, cwd=plan.project, log=log, on_event=on_event, on_line=reporter.line, outdir=dist
+    )
+    if outcome.wheel is None:
+        log.flush()
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+        message = failure_message(stage=current["stage"], target=outcome.failed_target, returncode=outcome.returncode)
+        raise BuildFailedError(f"{message}; full log: {log_path}", detail=log_tail(text))
+
+    built = wheelzip.inspect(outcome.wheel)
+    baseline = plan.variants[0]
+    guarded = [lib for name, lib in built.variant_libraries.items() if name != baseline]
+    reporter.stage("repair")
+    if plan.repair:
+        repaired = platform.repair(outcome.wheel, staging / "repaired", plan, guarded, log_line)
+        wheel, policy, audited, isa_check = repaired.wheel, repaired.policy, repaired.audited, repaired.isa_ext_check
+    else:
+        wheel, policy, audited, isa_check = outcome.wheel, built.platforms[0], "not audited (--no-repair)", "not run"
+
+    reporter.stage("normalize")
+    wheelzip.normalize(wheel, plan.source_date_epoch)
+    contents = wheelzip.inspect(wheel)
+    _verify(contents, plan)
+    reporter.stage("finalize")
+    final = _deliver(wheel, plan.out_dir)
+    return {
+        "ok": True,
+        "project": str(plan.project),
+        "arch": plan.arch,
+        "platform": plan.platform,
+        "version": plan.version,
+        "source_version": plan.source_version,
+        "version_origin": plan.version_origin,
+        "source_date_epoch": plan.source_date_epoch,
+        "isa": {"variants": list(plan.variants), "label": plan.isa.label_text, "complete": plan.isa.complete},
+        "wheel": {
+            "path": str(final),
+            "filename": final.name,
+            "sha256": wheelzip.sha256_file(final),
+            "size": final.stat().st_size,
+            "variants": list(contents.built_variants),
+            "tags": list(contents.tags),
+            "policy": policy,
+            "audited": audited,
+            "isa_ext_check": isa_check,
+        },
+        "compiler": toolchain.cxx.display,
+        "ccache": plan.ccache,
+        "frontend": plan.frontend,
+        "isolated": plan.isolated,
+        "build_dir": str(plan.build_dir),
+        "log": str(log_path),
+    }

@@ -1,0 +1,92 @@
+"""External tools a build needs: found or not, which version, and the command that fixes it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from ..errors import ToolMissingError
+
+_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requirement:
+    name: str
+    command: tuple[str, ...]  # prints the version; command[0] is looked up on PATH
+    purpose: str
+    fix: str  # the command that installs or fixes it
+    min_version: str | None = None
+    required: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolStatus:
+    requirement: Requirement
+    path: str | None
+    version: str | None
+    problem: str | None  # None: usable
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def parse_version(text: str) -> str | None:
+    match = _VERSION.search(text)
+    return match.group(1) if match else None
+
+
+def check(req: Requirement) -> ToolStatus:
+    path = shutil.which(req.command[0])
+    if path is None:
+        return ToolStatus(requirement=req, path=None, version=None, problem=f"{req.command[0]} not found on PATH")
+    try:
+        proc = subprocess.run([path, *req.command[1:]], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return ToolStatus(requirement=req, path=path, version=None, problem=f"{path} does not run: {exc}")
+    version = parse_version(proc.stdout + "\n" + proc.stderr)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        return ToolStatus(requirement=req, path=path, version=version, problem=f"`{' '.join(req.command)}` failed: {tail[0]}")
+    if req.min_version is not None:
+        try:
+            too_old = version is None or Version(version) < Version(req.min_version)
+        except InvalidVersion:
+            too_old = True
+        if too_old:
+            return ToolStatus(requirement=req, path=path, version=version, problem=f"version {version or '?'} is older than {req.min_version}")
+    return ToolStatus(requirement=req, path=path, version=version, problem=None)
+
+
+def check_all(reqs: Iterable[Requirement]) -> list[ToolStatus]:
+    return [check(r) for r in reqs]
+
+
+def missing_message(statuses: Sequence[ToolStatus]) -> tuple[str, str]:
+    """(one-line message, detail with one fix per line) for unusable required tools."""
+    bad = [s for s in statuses if not s.ok and s.requirement.required]
+    names = ", ".join(s.requirement.name for s in bad)
+    lines = [f"  {s.requirement.name}: {s.problem} ({s.requirement.purpose})\n    fix: {s.requirement.fix}" for s in bad]
+    return f"missing build tools: {names}", "\n".join(lines)
+
+
+def require_all(reqs: Iterable[Requirement]) -> list[ToolStatus]:
+    statuses = check_all(reqs)
+    if any(not s.ok and s.requirement.required for s in statuses):
+        message, detail = missing_message(statuses)
+        raise ToolMissingError(message, detail=detail)
+    return statuses
+
+
+def apt_fix(*packages: str) -> str:
+    return f"apt-get install -y {' '.join(packages)}"
+
+
+def pip_fix(*packages: str) -> str:
+    return f"python3 -m pip install {' '.join(packages)}"

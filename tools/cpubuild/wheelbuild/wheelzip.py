@@ -1,0 +1,151 @@
+"""Deterministic wheel archives, and what a wheel holds.
+
+auditwheel rewrites the archive it repairs; `normalize` then re-zips it so the
+bytes depend only on the contents: entries sorted (``.dist-info`` last, RECORD
+at the very end), one timestamp (SOURCE_DATE_EPOCH), permissions reduced to
+0644/0755, one compression level.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.utils import parse_wheel_filename
+
+COMPRESSION_LEVEL = 9
+MANIFEST_NAME = "_manifest.json"
+
+
+def entry_order(name: str) -> tuple[int, str]:
+    """Package files first, then .dist-info with RECORD last (as the wheel spec recommends)."""
+    top = name.split("/", 1)[0]
+    if top.endswith(".dist-info"):
+        return (2, "") if name.endswith("/RECORD") else (1, name)
+    return (0, name)
+
+
+def zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    t = time.gmtime(max(epoch, 315532800))
+    return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
+
+
+def normalize(wheel: Path, epoch: int) -> None:
+    """Re-zips `wheel` in place, deterministically (atomic replace)."""
+    with zipfile.ZipFile(wheel) as src:
+        entries = [(info, src.read(info)) for info in src.infolist() if not info.is_dir()]
+    stamp = zip_time(epoch)
+    fd, tmp = tempfile.mkstemp(dir=wheel.parent, prefix=f".{wheel.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESSION_LEVEL) as dst:
+            for info, data in sorted(entries, key=lambda e: entry_order(e[0].filename)):
+                mode = (info.external_attr >> 16) & 0o777
+                out = zipfile.ZipInfo(info.filename, date_time=stamp)
+                out.external_attr = (0o100000 | (0o755 if mode & 0o111 else 0o644)) << 16
+                out.create_system = 3
+                out.compress_type = zipfile.ZIP_DEFLATED
+                dst.writestr(out, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=COMPRESSION_LEVEL)
+        os.replace(tmp, wheel)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelContents:
+    path: Path
+    name: str
+    version: str
+    tags: tuple[str, ...]  # e.g. ("py3-none-manylinux_2_24_x86_64",)
+    platforms: tuple[str, ...]
+    files: tuple[str, ...]
+    manifest: dict[str, Any] | None
+    manifest_dir: str | None
+
+    @property
+    def built_variants(self) -> tuple[str, ...]:
+        if not self.manifest:
+            return ()
+        return tuple(v["name"] for v in self.manifest["variants"] if v.get("built", True))
+
+    @property
+    def variant_libraries(self) -> dict[str, str]:
+        """Variant -> library path inside the wheel, for the libraries really present."""
+        if not self.manifest or self.manifest_dir is None:
+            return {}
+        present = set(self.files)
+        out = {}
+        for v in self.manifest["variants"]:
+            lib = str(PurePosixPath(self.manifest_dir) / v["library"])
+            if lib in present:
+                out[v["name"]] = lib
+        return out
+
+
+def inspect(path: Path) -> WheelContents:
+    name, version, _build, tags = parse_wheel_filename(path.name)
+    with zipfile.ZipFile(path) as z:
+        files = tuple(i.filename for i in z.infolist() if not i.is_dir())
+        manifest = None
+        manifest_dir = None
+        for f in files:
+            p = PurePosixPath(f)
+            if p.name == MANIFEST_NAME and len(p.parts) == 2:
+                manifest = json.loads(z.read(f))
+                manifest_dir = str(p.parent)
+                break
+    return WheelContents(
+        path=path,
+        name=str(name),
+        version=str(version),
+        tags=tuple(sorted(str(t) for t in tags)),
+        platforms=tuple(sorted({t.platform for t in tags})),
+        files=files,
+        manifest=manifest,
+        manifest_dir=manifest_dir,
+    )
+
+
+def record_problems(path: Path) -> list[str]:
+    """Entries whose content does not match RECORD's hash/size (empty: consistent)."""
+    problems = []
+    with zipfile.ZipFile(path) as z:
+        names = [i.filename for i in z.infolist() if not i.is_dir()]
+        record_name = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
+        if record_name is None:
+            return ["no RECORD"]
+        listed = {}
+        for row in csv.reader(io.StringIO(z.read(record_name).decode())):
+            if row and row[0] != record_name:
+                listed[row[0]] = row[1] if len(row) > 1 else ""
+        for n in names:
+            if n == record_name:
+                continue
+            if n not in listed:
+                problems.append(f"{n}: not in RECORD")
+                continue
+            algo, _, want = listed[n].partition("=")
+            data = z.read(n)
+            got = base64.urlsafe_b64encode(hashlib.new(algo or "sha256", data).digest()).rstrip(b"=").decode()
+            if got != want:
+                problems.append(f"{n}: hash differs from RECORD")
+    return problems
