@@ -15,14 +15,19 @@ from ..errors import UsageError
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; loopback unless you say otherwise.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request to stderr.")
-def command(directory: Path, port: int, host: str, verbose: bool) -> None:
+@click.option("--print-nginx-config", is_flag=True, help="Print an equivalent nginx server block instead of serving.")
+def command(directory: Path, port: int, host: str, verbose: bool, print_nginx_config: bool) -> None:
     """Serve an index directory over HTTP.
 
     Directories answer with index.html, or with index.json as
     application/vnd.pypi.simple.v1+json when the Accept header asks for it
     (PEP 691); files support HEAD and Range requests. Stop with Ctrl-C.
     """
-    from ..index.server import make_server
+    from ..index.server import make_server, nginx_server_block
+
+    if print_nginx_config:
+        click.echo(nginx_server_block(directory.resolve(), host, port), nl=False)
+        return
 
     try:
         server = make_server(directory, host, port, verbose=verbose)
