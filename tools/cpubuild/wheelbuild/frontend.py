@@ -117,9 +117,9 @@ def requirement(frontend: str) -> Requirement:
     if frontend == "uv":
         return Requirement(name="uv", command=("uv", "--version"), purpose="PEP 517 frontend (uv build)", fix=pip_fix("uv"))
     if frontend == "pip":
-        return Requirement(name="pip", command=(sys.executable, "-m", "pip", "--version"), purpose="PEP 517 frontend (pip wheel)",
+        return Requirement(name="pip", command=(sys.executable,), distribution="pip", purpose="PEP 517 frontend (pip wheel)",
                            fix="python3 -m ensurepip")
-    return Requirement(name="build", command=(sys.executable, "-m", "build", "--version"), purpose="PEP 517 frontend (python -m build)",
+    return Requirement(name="build", command=(sys.executable,), distribution="build", purpose="PEP 517 frontend (python -m build)",
                        fix=pip_fix("build"))
 
 

@@ -1,7 +1,7 @@
 """auditwheel, used deliberately.
 
 * The wheel is repaired to the *lowest* manylinux policy its binaries allow
-  (`auditwheel show` finds it), and that policy must not be above the one the
+  (``--plat auto``), and that policy must not be above the one the
   matrix aims at: a drifting glibc floor is a build failure that names the
   symbols responsible, not a silently less portable wheel.
 * auditwheel's ISA-extension check refuses binaries whose GNU property note
@@ -203,33 +203,40 @@ def repair_linux(
 
     `guarded`: wheel paths of the variant libraries above the baseline (the
     only files allowed to declare a higher x86-64 level)."""
-    first = audit(wheel, log=log, ldpaths=ldpaths)
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def run_repair(disable_isa_check: bool) -> subprocess.CompletedProcess[str]:
+        # --plat auto: the most compatible policy the binaries allow
+        cmd = [*auditwheel_command(), "repair", "--plat", "auto", "-w", str(dest)]
+        if disable_isa_check:
+            cmd.append("--disable-isa-ext-check")
+        if ldpaths:
+            cmd += ["--ldpaths", ldpaths]
+        return _run([*cmd, str(wheel)], log)
+
     isa_note = "passed"
     disable = False
-    if first.unsupported_isa:
+    proc = run_repair(False)
+    if proc.returncode != 0 and "unsupported ISA extension" in proc.stdout + proc.stderr:
         isa_note = isa_check_decision(flagged_libraries(wheel), guarded)
         disable = True
-        first = audit(wheel, log=log, ldpaths=ldpaths, disable_isa_check=True)
-    lowest = first.overall_tag
-    if not policy_at_most(lowest, ceiling):
-        offenders = symbols_above(wheel, ceiling)
-        raise BuildFailedError(
-            f"the binaries need {lowest}, above {ceiling}, the policy isa_matrix.toml aims at",
-            detail="symbol versions above the policy:\n  " + "\n  ".join(offenders[:40] or ["(none found: see the auditwheel output in the build log)"]),
-        )
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [*auditwheel_command(), "repair", "--plat", lowest, "-w", str(dest)]
-    if disable:
-        cmd.append("--disable-isa-ext-check")
-    if ldpaths:
-        cmd += ["--ldpaths", ldpaths]
-    proc = _run([*cmd, str(wheel)], log)
+        proc = run_repair(True)
     produced = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or len(produced) != 1:
-        raise BuildFailedError(f"auditwheel repair --plat {lowest} failed", detail=(proc.stderr or proc.stdout)[-3000:])
+        offenders = symbols_above(wheel, ceiling)
+        detail = (proc.stderr or proc.stdout)[-2000:]
+        if offenders:
+            detail = "symbol versions above " + ceiling + ":\n  " + "\n  ".join(offenders[:40]) + "\n" + detail
+        raise BuildFailedError("auditwheel repair failed", detail=detail)
     repaired = produced[0]
     after = audit(repaired, log=log, ldpaths=ldpaths, disable_isa_check=disable)
     platforms = inspect(repaired).platforms
     if after.overall_tag not in platforms:
         raise BuildFailedError(f"auditwheel show says {after.overall_tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
-    return Repaired(wheel=repaired, policy=lowest, audited=after.overall_tag, isa_ext_check=isa_note)
+    if not policy_at_most(after.overall_tag, ceiling):
+        offenders = symbols_above(wheel, ceiling)
+        raise BuildFailedError(
+            f"the binaries need {after.overall_tag}, above {ceiling}, the policy isa_matrix.toml aims at",
+            detail="symbol versions above the policy:\n  " + "\n  ".join(offenders[:40] or ["(none found: see the auditwheel output in the build log)"]),
+        )
+    return Repaired(wheel=repaired, policy=after.overall_tag, audited=after.overall_tag, isa_ext_check=isa_note)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 
 from packaging.version import InvalidVersion, Version
 
@@ -23,6 +24,9 @@ class Requirement:
     fix: str  # the command that installs or fixes it
     min_version: str | None = None
     required: bool = True
+    # A Python distribution: its installed version is read in-process (fast);
+    # command[0] must then merely exist (a console script of that distribution).
+    distribution: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +47,8 @@ def parse_version(text: str) -> str | None:
 
 
 def check(req: Requirement) -> ToolStatus:
+    if req.distribution is not None:
+        return _check_distribution(req)
     path = shutil.which(req.command[0])
     if path is None:
         return ToolStatus(requirement=req, path=None, version=None, problem=f"{req.command[0]} not found on PATH")
@@ -54,14 +60,30 @@ def check(req: Requirement) -> ToolStatus:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         return ToolStatus(requirement=req, path=path, version=version, problem=f"`{' '.join(req.command)}` failed: {tail[0]}")
-    if req.min_version is not None:
-        try:
-            too_old = version is None or Version(version) < Version(req.min_version)
-        except InvalidVersion:
-            too_old = True
-        if too_old:
-            return ToolStatus(requirement=req, path=path, version=version, problem=f"version {version or '?'} is older than {req.min_version}")
+    if req.min_version is not None and _older(version, req.min_version):
+        return ToolStatus(requirement=req, path=path, version=version, problem=f"version {version or '?'} is older than {req.min_version}")
     return ToolStatus(requirement=req, path=path, version=version, problem=None)
+
+
+def _check_distribution(req: Requirement) -> ToolStatus:
+    assert req.distribution is not None
+    path = shutil.which(req.command[0]) if req.command else None
+    try:
+        version = metadata.version(req.distribution)
+    except metadata.PackageNotFoundError:
+        return ToolStatus(requirement=req, path=path, version=None, problem=f"Python package {req.distribution} is not installed")
+    if req.command and path is None:
+        return ToolStatus(requirement=req, path=None, version=version, problem=f"{req.command[0]} not found on PATH")
+    if req.min_version is not None and _older(version, req.min_version):
+        return ToolStatus(requirement=req, path=path, version=version, problem=f"version {version} is older than {req.min_version}")
+    return ToolStatus(requirement=req, path=path, version=version, problem=None)
+
+
+def _older(version: str | None, minimum: str) -> bool:
+    try:
+        return version is None or Version(version) < Version(minimum)
+    except InvalidVersion:
+        return True
 
 
 def check_all(reqs: Iterable[Requirement]) -> list[ToolStatus]:
