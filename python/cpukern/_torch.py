@@ -22,11 +22,11 @@ _lock = threading.Lock()
 def register() -> None:
     """Defines the torch.ops.cpukern.* operators (once per process)."""
     with _lock:
-        if ops._torch_module[0] is not None:
+        if ops._torch_registered[0]:
             return
         if not hasattr(torch.ops.cpukern, "rms_norm"):
             _define()
-        ops._torch_module[0] = torch
+        ops._torch_registered[0] = True
 
 
 def _define() -> None:

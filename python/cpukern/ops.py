@@ -139,24 +139,33 @@ def _empty(like: Array, shape: tuple[int, ...]) -> Any:
 
 
 def _torch_ready(first: Array) -> None:
-    if first.kind == TORCH and _torch_module[0] is None:
-        from . import _torch
-
-        _torch.register()
+    if first.kind == TORCH and not _torch_registered[0]:
+        _register_torch_now()
 
 
-# torch, once the ops are registered with it (set by _torch.register)
-_torch_module: list[Any] = [None]
+# set by _torch.register once torch.ops.cpukern.* exist
+_torch_registered: list[bool] = [False]
+
+
+def _register_torch_now() -> bool:
+    from . import _torch
+
+    _torch.register()
+    return True
+
+
+# What torch._dynamo.assume_constant_result does, without importing torch:
+# torch.compile runs this function for real when it traces a caller (the
+# first op call of a process may come from a compiled function).
+_register_torch_now._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _compiling() -> bool:
     """True while torch.compile traces a caller: route through torch.ops."""
-    torch = _torch_module[0]
-    if torch is None:
-        torch = sys.modules.get("torch")
-        if torch is None or not hasattr(torch, "compiler"):
-            return False
-    return bool(torch.compiler.is_compiling())
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "compiler") or not torch.compiler.is_compiling():
+        return False
+    return _torch_registered[0] or _register_torch_now()
 
 
 # ---------------------------------------------------------------- rms_norm
