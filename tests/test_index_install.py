@@ -229,3 +229,72 @@ def test_pages_and_negotiation_over_http(server: Server, published: Published) -
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(server.base + hidden)
         assert err.value.code in (403, 404)
+
+
+# ------------------------------------------------------------------ cpubuild develop --precompiled
+
+SHIMMED = ("cmake", "ninja", "make", "cc", "c++", "gcc", "g++", "clang", "clang++")
+
+
+@pytest.fixture()
+def contributor_clone(tmp_path: Path) -> tuple[Path, str]:
+    """A clone with a Python-only change on a branch off main: what a
+    contributor has. Returns the clone and its merge-base with main."""
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)])
+    base = run(["git", "rev-parse", "HEAD"], cwd=clone).stdout.strip()
+    run(["git", "update-ref", "refs/remotes/origin/main", base], cwd=clone)
+    run(["git", "checkout", "-q", "-b", "python-only-change"], cwd=clone)
+    init = clone / "python" / "cpukern" / "__init__.py"
+    init.write_text(init.read_text() + "\nCONTRIBUTOR_EDIT = 1\n")
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-am", "python change"], cwd=clone)
+    return clone, base
+
+
+def no_compiler_path(tmp: Path) -> str:
+    """PATH where every build tool is a shim that records the call and fails."""
+    shims = tmp / "shims"
+    shims.mkdir()
+    for name in SHIMMED:
+        shim = shims / name
+        shim.write_text(f"#!/bin/sh\necho {name} >> {shims}/called\nexit 1\n")
+        shim.chmod(0o755)
+    return f"{shims}:{os.environ['PATH']}"
+
+
+def test_develop_precompiled_never_compiles(contributor_clone: tuple[Path, str], real_wheel: Path, tmp_path: Path) -> None:
+    clone, base = contributor_clone
+    root = tmp_path / "index"
+    nightly = retag_wheel(real_wheel, tmp_path, "0.1.0.dev9+gb2b2b2b.cpu")
+    assert cli("publish", str(real_wheel), "--to", str(root), "--commit", base).returncode == 0
+    assert cli("publish", str(nightly), "--to", str(root), "--commit", COMMIT_B, "--channel", "nightly").returncode == 0
+    env = clean_env(tmp_path)
+    python = fresh_venv(tmp_path, env, with_pip=False)
+    env.update(PATH=no_compiler_path(tmp_path), PYTHONPATH=str(REPO / "tools"))
+    develop = [sys.executable, "-c", "import sys; from cpubuild.cli import main; main(sys.argv[1:])", "develop", "--precompiled"]
+
+    out = run([*develop, "--index", str(root), "--python", str(python)], cwd=clone, env=env)
+    assert f"merge-base of HEAD and origin/main: {base}" in out.stdout
+    assert real_wheel.name in out.stdout
+    assert not (tmp_path / "shims" / "called").exists(), (tmp_path / "shims" / "called").read_text()
+    where = run([str(python), "-c", "import cpukern; print(cpukern.__file__, cpukern.CONTRIBUTOR_EDIT)"], cwd=tmp_path)
+    assert where.stdout.split() == [str(clone / "python" / "cpukern" / "__init__.py"), "1"]
+    run([str(python), "-m", "cpukern"], cwd=tmp_path)  # the extracted libraries load
+    # edits show up without reinstalling; the extracted libraries are git-ignored
+    (clone / "python" / "cpukern" / "__init__.py").write_text((clone / "python" / "cpukern" / "__init__.py").read_text() + "LATER = 2\n")
+    assert run([str(python), "-c", "import cpukern; print(cpukern.LATER)"], cwd=tmp_path).stdout.strip() == "2"
+    assert run(["git", "status", "--porcelain"], cwd=clone).stdout.split() == ["M", "python/cpukern/__init__.py"]
+
+    # the merge-base was never published: the newest nightly it is
+    bare = tmp_path / "nightly-only"
+    assert cli("publish", str(nightly), "--to", str(bare), "--commit", COMMIT_B, "--channel", "nightly").returncode == 0
+    out = run([*develop, "--index", str(bare), "--python", str(python)], cwd=clone, env=env)
+    assert "newest nightly: nightly" in out.stdout and nightly.name in out.stdout
+
+    # nothing published at all: a clear error, python/ untouched
+    before = sorted(p.name for p in (clone / "python" / "cpukern").iterdir())
+    (tmp_path / "empty-index").mkdir()
+    out = run([*develop, "--index", str(tmp_path / "empty-index"), "--python", str(python)], cwd=clone, env=env, check=False)
+    assert out.returncode == 1
+    assert "no published cpukern wheel" in out.stderr and "Traceback" not in out.stderr
+    assert sorted(p.name for p in (clone / "python" / "cpukern").iterdir()) == before
