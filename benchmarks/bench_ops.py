@@ -76,10 +76,9 @@ def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: flo
 
 
 def make_cases(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
+    import cpukern
     import ml_dtypes
     import numpy as np
-
-    import cpukern
 
     np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
     rng = np.random.default_rng(tokens)
@@ -100,7 +99,7 @@ def make_cases(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         fn: Callable[[], Any] = lambda: cpukern.rms_norm(x, w, 1e-6, out=out)  # noqa: E731
         copy: Callable[[], Any] = lambda: np.copyto(copy_dst, x)  # noqa: E731
         if has_torch:
-            import torch.nn.functional as F  # noqa: N812
+            import torch.nn.functional as F
 
             tx, tw = to_torch(x), to_torch(w)
             torch_fn = lambda: F.rms_norm(tx, (HIDDEN,), tw, 1e-6)  # noqa: E731
@@ -115,7 +114,7 @@ def make_cases(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
             np.copyto(r_dst, r)
 
         if has_torch:
-            import torch.nn.functional as F  # noqa: N812
+            import torch.nn.functional as F
 
             tx, tr, tw = to_torch(rand(tokens, HIDDEN)), to_torch(rand(tokens, HIDDEN) * 0.01), to_torch(w)
 
@@ -130,7 +129,7 @@ def make_cases(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         fn = lambda: cpukern.silu_and_mul(x, out=out)  # noqa: E731
         copy = lambda: np.copyto(copy_dst, x)  # noqa: E731
         if has_torch:
-            import torch.nn.functional as F  # noqa: N812
+            import torch.nn.functional as F
 
             tx = to_torch(x)
             torch_fn = lambda: F.silu(tx[..., :INTERMEDIATE]) * tx[..., INTERMEDIATE:]  # noqa: E731

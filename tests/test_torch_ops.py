@@ -12,16 +12,14 @@ import textwrap
 from typing import Any
 
 import pytest
-
 from conftest import require
 
 require(importlib.util.find_spec("torch") is not None, "torch is not installed")
 np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-import torch  # noqa: E402
-
 import cpukern  # noqa: E402
+import torch  # noqa: E402
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -109,7 +107,7 @@ def test_torch_compile_fullgraph() -> None:
     want = all_ops(eager)
     torch._dynamo.reset()
     got = torch.compile(all_ops, fullgraph=True)(compiled)
-    for a, b in zip(want, got):
+    for a, b in zip(want, got, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
     for k in eager:  # the in-place ops mutated the compiled call's inputs alike
         torch.testing.assert_close(compiled[k], eager[k], rtol=0, atol=0, msg=k)

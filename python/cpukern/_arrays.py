@@ -188,7 +188,7 @@ def extent(a: Array) -> tuple[int, int]:
         return 0, 0
     lo = hi = a.ptr
     item = a.itemsize
-    for size, st in zip(a.shape, a.strides):
+    for size, st in zip(a.shape, a.strides, strict=True):
         step = (size - 1) * st * item
         if step < 0:
             lo += step
