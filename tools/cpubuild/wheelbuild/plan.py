@@ -16,6 +16,7 @@ from .version import SourceVersion
 
 ALL = "all"
 NATIVE = "native"
+BASELINE = "baseline"  # on every arch: that arch's baseline variant, whatever its name
 CPU_LABEL = "cpu"
 ENV_BUILD_VERSION = "CPUKERN_BUILD_VERSION"  # read by wheelbuild/skbuild_version.py
 
@@ -108,13 +109,15 @@ def resolve_isa_set(
             wanted.add(native())
         elif name in known:
             wanted.add(name)
+        elif name == BASELINE:
+            pass  # always in
         else:
             others = _arch_of(matrix, name)
             if others:
                 raise UnknownISAError(
                     f"ISA {name!r} is a variant of {', '.join(others)}, not of {arch} (use --arch {others[0]}, or one of: {', '.join(known)})"
                 )
-            raise UnknownISAError(f"unknown ISA {name!r} for {arch} (known: {', '.join([*known, ALL, NATIVE])})")
+            raise UnknownISAError(f"unknown ISA {name!r} for {arch} (known: {', '.join(known)}, {ALL}, {NATIVE})")
     variants = tuple(n for n in known if n in wanted)
     return IsaSet(arch=arch, variants=variants, complete=len(variants) == len(known), label=isa_label(matrix, arch, variants))
 

@@ -1,0 +1,149 @@
+"""Version naming from git: pure rules, then real throw-away git repositories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from cpubuild.errors import UsageError
+from cpubuild.wheelbuild import skbuild_version
+from cpubuild.wheelbuild.version import (
+    GitState,
+    compose,
+    next_release,
+    read_git_state,
+    source_version,
+    version_from_env,
+    version_from_git,
+)
+from packaging.version import Version
+
+from tests.conftest import require_tool
+
+
+def state(**kw: object) -> GitState:
+    base: dict[str, object] = {"tag": None, "distance": 12, "short_hash": "1a2b3c4", "dirty": False, "commit_time": 1_700_000_000}
+    base.update(kw)
+    return GitState(**base)  # type: ignore[arg-type]
+
+
+def test_no_tag_dev_build_counts_commits_from_the_base_version() -> None:
+    v = version_from_git(state(), "0.1.0")
+    assert v.text == "0.1.0.dev12+g1a2b3c4"
+    assert v.with_label(("cpu", "avx512")) == "0.1.0.dev12+g1a2b3c4.cpu.avx512"
+    assert v.source_date_epoch == 1_700_000_000
+
+
+def test_exact_tag_is_the_release() -> None:
+    v = version_from_git(state(tag="0.2.0", distance=0), "0.1.0")
+    assert v.text == "0.2.0"
+    assert v.with_label(("cpu",)) == "0.2.0+cpu"
+
+
+def test_commits_after_a_tag_are_dev_builds_of_the_next_release() -> None:
+    v = version_from_git(state(tag="0.2.0", distance=3), "0.1.0")
+    assert v.text == "0.2.1.dev3+g1a2b3c4"
+    assert Version("0.2.0") < Version(v.text) < Version("0.2.1")
+
+
+def test_after_a_prerelease_tag_the_prerelease_number_is_bumped() -> None:
+    assert version_from_git(state(tag="1.0.0rc1", distance=2), "0.1.0").text == "1.0.0rc2.dev2+g1a2b3c4"
+    assert next_release(Version("1.2")) == "1.3"
+
+
+def test_dirty_trees_are_marked_even_on_a_tag() -> None:
+    assert version_from_git(state(dirty=True), "0.1.0").text == "0.1.0.dev12+g1a2b3c4.dirty"
+    tagged = version_from_git(state(tag="0.2.0", distance=0, dirty=True), "0.1.0")
+    assert tagged.text == "0.2.0+g1a2b3c4.dirty"
+    assert tagged.with_label(("cpu",)) != version_from_git(state(tag="0.2.0", distance=0), "0.1.0").with_label(("cpu",))
+
+
+def test_non_pep440_tag_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="not a PEP 440 version"):
+        version_from_git(state(tag="release-candidate", distance=0), "0.1.0")
+
+
+def test_compose_rejects_bad_local_segments() -> None:
+    with pytest.raises(ValueError):
+        compose("0.1.0", ("neon_bf16",))
+
+
+def test_explicit_version_from_the_environment() -> None:
+    v = version_from_env({"CPUBUILD_VERSION": "0.3.0.dev4+gabcdef0", "SOURCE_DATE_EPOCH": "1600000000"})
+    assert v is not None
+    assert v.with_label(("cpu", "avx2")) == "0.3.0.dev4+gabcdef0.cpu.avx2"
+    assert v.source_date_epoch == 1_600_000_000
+    assert version_from_env({}) is None
+    with pytest.raises(UsageError, match="canonical"):
+        version_from_env({"CPUBUILD_VERSION": "0.3.0-dev4"})
+    with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH"):
+        version_from_env({"CPUBUILD_VERSION": "0.3.0", "SOURCE_DATE_EPOCH": "yesterday"})
+
+
+def test_backend_provider_reads_the_environment_then_the_fallback(tmp_path: Path) -> None:
+    fallback = tmp_path / "_version.py"
+    fallback.write_text('__version__ = "0.1.0"\n')
+    settings = {"fallback": str(fallback)}
+    assert skbuild_version.resolve_version(settings, {}) == "0.1.0"
+    assert skbuild_version.resolve_version(settings, {"CPUKERN_BUILD_VERSION": "0.1.0.dev3+g1234567.cpu.avx2"}) == "0.1.0.dev3+g1234567.cpu.avx2"
+    with pytest.raises(ValueError, match="PEP 440"):
+        skbuild_version.resolve_version(settings, {"CPUKERN_BUILD_VERSION": "0.1.0+cpu.neon_bf16"})
+
+
+# ------------------------------------------------------------ real git
+
+
+def git(repo: Path, *args: str, epoch: int = 1_650_000_000) -> str:
+    env = {**os.environ, "GIT_AUTHOR_DATE": f"@{epoch} +0000", "GIT_COMMITTER_DATE": f"@{epoch} +0000",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    require_tool("git")
+    git(tmp_path, "init", "-q")
+    (tmp_path / "_version.py").write_text('__version__ = "0.1.0"\n')
+    (tmp_path / "a.txt").write_text("a\n")
+    git(tmp_path, "add", ".")
+    for i in range(3):
+        git(tmp_path, "commit", "-q", "--allow-empty", "-m", f"c{i}", epoch=1_650_000_000 + i)
+    return tmp_path
+
+
+def test_real_repository_without_tags(repo: Path) -> None:
+    st = read_git_state(repo)
+    assert st is not None
+    assert st.tag is None and st.distance == 3 and not st.dirty
+    assert st.short_hash == git(repo, "rev-parse", "--short=7", "HEAD")
+    assert st.commit_time == 1_650_000_002
+    v = source_version(repo, repo / "_version.py", {})
+    assert v.text == f"0.1.0.dev3+g{st.short_hash}"
+
+
+def test_real_repository_tag_distance_and_dirt(repo: Path) -> None:
+    git(repo, "tag", "v0.4.0")
+    assert source_version(repo, repo / "_version.py", {}).text == "0.4.0"
+    git(repo, "commit", "-q", "--allow-empty", "-m", "after")
+    st = read_git_state(repo)
+    assert st is not None and st.tag == "0.4.0" and st.distance == 1
+    (repo / "a.txt").write_text("changed\n")
+    v = source_version(repo, repo / "_version.py", {})
+    assert v.text == f"0.4.1.dev1+g{st.short_hash}.dirty"
+    (repo / "untracked.txt").write_text("new\n")  # untracked files do not make a tree dirty
+    (repo / "a.txt").write_text("a\n")
+    assert not source_version(repo, repo / "_version.py", {}).text.endswith("dirty")
+
+
+def test_source_date_epoch_from_the_environment_wins(repo: Path) -> None:
+    assert source_version(repo, repo / "_version.py", {"SOURCE_DATE_EPOCH": "1700000000"}).source_date_epoch == 1_700_000_000
+
+
+def test_outside_git_the_base_version_is_marked(tmp_path: Path) -> None:
+    (tmp_path / "_version.py").write_text('__version__ = "0.1.0"\n')
+    v = source_version(tmp_path, tmp_path / "_version.py", {})
+    assert v.text == "0.1.0+nogit"
+    assert "CPUBUILD_VERSION" in v.origin
