@@ -9,6 +9,8 @@ if(APPLE)
 else()
   set(CPUKERN_LIBRARY_PATTERN "_cpukern_{variant}.so")
 endif()
+# CMake names MODULE libraries *.so even on macOS: say the suffix explicitly.
+string(REGEX MATCH "\\.[a-z]+$" CPUKERN_LIBRARY_SUFFIX "${CPUKERN_LIBRARY_PATTERN}")
 
 # Reproducible objects: no absolute source or build paths in the binaries.
 set(CPUKERN_COMMON_FLAGS
@@ -111,7 +113,8 @@ function(cpukern_add_variant variant)
   target_link_libraries(${target} PRIVATE Threads::Threads ${CPUKERN_LINK_LIBRARIES})
   string(REGEX REPLACE "\\.[a-z]+$" "" stem "${CPUKERN_LIBRARY_PATTERN}")
   string(REPLACE "{variant}" "${variant}" stem "${stem}")
-  set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "${stem}" INTERPROCEDURAL_OPTIMIZATION OFF)
+  set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "${stem}" SUFFIX "${CPUKERN_LIBRARY_SUFFIX}"
+                                             INTERPROCEDURAL_OPTIMIZATION OFF)
   install(TARGETS ${target} LIBRARY DESTINATION "${CPUKERN_PACKAGE_DIR}")
 endfunction()
 
@@ -120,7 +123,8 @@ function(cpukern_add_probe source)
   add_library(cpukern_probe MODULE ${source})
   target_compile_options(cpukern_probe PRIVATE ${CPUKERN_COMMON_FLAGS} ${CPUKERN_VARIANT_${CPUKERN_BASELINE_VARIANT}_FLAGS})
   target_link_options(cpukern_probe PRIVATE ${CPUKERN_LINK_FLAGS})
-  set_target_properties(cpukern_probe PROPERTIES PREFIX "" OUTPUT_NAME "_cpukern_probe" INTERPROCEDURAL_OPTIMIZATION OFF)
+  set_target_properties(cpukern_probe PROPERTIES PREFIX "" OUTPUT_NAME "_cpukern_probe" SUFFIX "${CPUKERN_LIBRARY_SUFFIX}"
+                                                INTERPROCEDURAL_OPTIMIZATION OFF)
   install(TARGETS cpukern_probe LIBRARY DESTINATION "${CPUKERN_PACKAGE_DIR}")
 endfunction()
 
