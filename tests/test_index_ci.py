@@ -1,0 +1,78 @@
+"""`cpubuild ci`: the release workflow is derived from the matrix, committed
+up to date, parses to what was rendered, and passes actionlint."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require, require_tool
+from cpubuild.commands.ci import CI_DIR, EMULATION, WORKFLOW, load_cases, release_workflow, structural_problems
+from cpubuild.matrix import load_matrix
+from test_index_publish import cli
+
+
+def load_yaml(text: str) -> object:
+    try:
+        import yaml
+    except ImportError:
+        require(False, "PyYAML is needed to read the workflow back")
+    data = yaml.safe_load(text)
+    if isinstance(data, dict) and True in data:  # YAML 1.1 reads the key `on` as true
+        data["on"] = data.pop(True)
+    return data
+
+
+def test_committed_workflow_is_current_and_round_trips() -> None:
+    out = cli("ci", "--check")
+    assert out.returncode == 0, out.stderr
+    matrix = load_matrix()
+    workflow = release_workflow(matrix, load_cases(CI_DIR / EMULATION, matrix))
+    assert load_yaml((CI_DIR / WORKFLOW).read_text()) == workflow
+    assert structural_problems(workflow) == []
+    # derived, not listed: every Linux arch of the matrix is built, every case tested
+    built = [row["arch"] for row in workflow["jobs"]["build"]["strategy"]["matrix"]["include"]]
+    assert built == [name for name, arch in matrix.arches.items() if "linux" in arch.os]
+    tested = {(row["arch"], row["cpu"], row["expect"]) for row in workflow["jobs"]["test"]["strategy"]["matrix"]["include"]}
+    assert tested == {(c.arch, c.cpu, c.expect) for c in load_cases(CI_DIR / EMULATION, matrix)}
+
+
+def test_stale_ci_dir_is_detected(tmp_path: Path) -> None:
+    ci = tmp_path / "ci"
+    shutil.copytree(CI_DIR, ci)
+    assert cli("ci", "--check", "--dir", str(ci)).returncode == 0
+    # a new arch in the matrix must show up in the workflow
+    matrix = (REPO / "isa_matrix.toml").read_text()
+    extra = matrix.replace("[arch.s390x]", '[arch.riscv64]\ncompilers = ["gcc"]\nos = ["linux"]\ntriplet = "riscv64-linux-gnu"\n'
+                           'manylinux = "manylinux_2_28_riscv64"\ndocker_platform = "linux/riscv64"\nqemu = "riscv64"\n'
+                           'debian_arch = "riscv64"\n\n[arch.s390x]')
+    extra += '\n[[variant]]\nname = "baseline"\narch = "riscv64"\npriority = 0\nrequires = []\nflags.gcc = ["-march=rv64gc"]\n'
+    (tmp_path / "isa_matrix.toml").write_text(extra)
+    out = cli("ci", "--check", "--dir", str(ci), "--matrix", str(tmp_path / "isa_matrix.toml"))
+    assert out.returncode == 1 and "stale" in out.stderr and "g++-riscv64-linux-gnu" in out.stderr
+    # re-rendering fixes it
+    assert cli("ci", "--dir", str(ci), "--matrix", str(tmp_path / "isa_matrix.toml")).returncode == 0
+    assert cli("ci", "--check", "--dir", str(ci), "--matrix", str(tmp_path / "isa_matrix.toml")).returncode == 0
+    # a hand edit is stale too
+    (ci / WORKFLOW).write_text((ci / WORKFLOW).read_text().replace("fail-fast: false", "fail-fast: true", 1))
+    assert cli("ci", "--check", "--dir", str(ci), "--matrix", str(tmp_path / "isa_matrix.toml")).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [('arch = "mips"\ncpu = "x"\nexpect = "baseline"', "unknown arch"),
+     ('arch = "x86_64"\ncpu = "Haswell"\nexpect = "neon"', "not a variant of x86_64"),
+     ('arch = "x86_64"\ncpu = "Has well"\nexpect = "avx2"', "QEMU model name")],
+)
+def test_bad_emulation_cases_are_refused(tmp_path: Path, case: str, message: str) -> None:
+    (tmp_path / EMULATION).write_text(f"schema = 1\n[[case]]\n{case}\n")
+    out = cli("ci", "--dir", str(tmp_path))
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (tmp_path / WORKFLOW).exists()
+
+
+def test_actionlint_accepts_the_workflow() -> None:
+    require_tool("actionlint")
+    out = cli("ci", "--check", "--lint")
+    assert out.returncode == 0, out.stdout + out.stderr
