@@ -158,7 +158,7 @@ def make_specs(
 def _version_args() -> dict[str, str]:
     """CPUBUILD_VERSION / SOURCE_DATE_EPOCH from git on the host (the context has no .git)."""
     try:
-        from ..build.version import source_version
+        from ..wheelbuild.version import source_version
 
         version = source_version(REPO, REPO / "python" / "cpukern" / "_version.py", os.environ)
     except (ImportError, UsageError):
@@ -239,7 +239,7 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
         if wheel is None and spec.arch != host_arch(matrix):
             wheel = _cross_wheel(spec, Path(tmp), console)
             spec = plan.ImageSpec(arch=spec.arch, isas=spec.isas, target=spec.target, tag=spec.tag, base=spec.base, wheel=wheel)
-        context = build_context(REPO, wheel=wheel)
+        context = build_context(REPO, wheel=wheel, ca_certificates=opts["ca_certificates"])
         args = spec.build_args(matrix)
         args.update(opts["version_args"])
         mode = f"wheel {wheel.name}" if wheel else "compiling in the build stage"
@@ -309,6 +309,7 @@ def _write_bake(matrix: Matrix, specs: list[plan.ImageSpec], path: Path, console
 @click.option("--each-variant", is_flag=True, help="Also one image per single variant (baseline + it), like per-ISA images.")
 @click.option("--bake", "bake_file", type=click.Path(path_type=Path), default=None, help="Write a buildx bake file (JSON) for this matrix instead of building.")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="With --target build: copy the built wheel into this directory.")
+@click.option("--host-ca/--no-host-ca", default=True, show_default=True, help="Trust the host's local CAs (/usr/local/share/ca-certificates) in the build stage, for TLS-inspecting proxies in front of PyPI.")
 @click.option("--no-smoke", is_flag=True, help="Skip running `python3 -m cpukern --json` in the built image.")
 @click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
 @click.option("--sync-dockerfile", is_flag=True, help="Rewrite docker/Dockerfile's CPUKERN_CPU_* args from isa_matrix.toml and exit.")
@@ -325,6 +326,7 @@ def command(
     each_variant: bool,
     bake_file: Path | None,
     output: Path | None,
+    host_ca: bool,
     no_smoke: bool,
     no_cache: bool,
     sync_dockerfile: bool,
@@ -370,7 +372,15 @@ def command(
 
     engine = Engine.connect()
     verbosity = -1 if quiet else min(verbose, 1)
-    opts = {"no_cache": no_cache, "smoke": not no_smoke, "output": output, "version_args": _version_args()}
+    from ..docker.context import host_ca_certificates
+
+    opts = {
+        "no_cache": no_cache,
+        "smoke": not no_smoke,
+        "output": output,
+        "version_args": _version_args(),
+        "ca_certificates": host_ca_certificates() if host_ca else [],
+    }
     built = [_build_one(engine, matrix, spec, opts, console, verbosity) for spec in specs]
     if as_json:
         click.echo(json.dumps({"images": [b.to_json() for b in built]}, indent=2))

@@ -84,7 +84,10 @@ def is_current(engine: Engine, arch: Arch, tag: str | None = None) -> bool:
 def _rootfs_tar(root: Path, out: Path) -> None:
     cmd = ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(out)]
     cmd += [f"--exclude={pattern}" for pattern in EXCLUDES]
-    proc = subprocess.run([*cmd, "."], capture_output=True, text=True)
+    # The tree's own directory is a private temp dir (mode 0700): pack what is in it,
+    # not the directory itself, so the image's / keeps the daemon's 0755.
+    entries = sorted(f"./{p.name}" for p in root.iterdir())
+    proc = subprocess.run([*cmd, *entries], capture_output=True, text=True)
     if proc.returncode == 0:
         copyrights = sorted(p.relative_to(root) for p in (root / "usr/share/doc").glob("*/copyright"))
         if copyrights:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 FROM_AS = re.compile(r"^FROM\s+.*?\s+AS\s+([A-Za-z0-9_.-]+)\s*$", re.IGNORECASE)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the builder colours a step's stderr
 TAIL_LINES = 40
 
 
@@ -97,6 +98,7 @@ class BuildLog:
             self._line(line.rstrip("\r"))
 
     def _line(self, line: str) -> None:
+        line = ANSI.sub("", line)
         if self.sink is not None:
             self.sink(line)
         match = STEP.match(line)

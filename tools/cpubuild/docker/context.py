@@ -1,9 +1,11 @@
-"""The build context `cpubuild image` sends: the source tree plus, optionally, a wheel.
+"""The build context `cpubuild image` sends: the source tree plus, optionally, a wheel and CAs.
 
 The sources are the files git tracks or would track (untracked files not
 ignored count, so work in progress builds too); build outputs, wheelhouses and
 caches stay out. A given wheel goes into docker/wheels/ of the context, the
-directory the Dockerfile's context mode reads, and nothing else ever does.
+directory the Dockerfile's context mode reads, and the host's local CAs into
+docker/ca-certificates/ (the build stage trusts them for pip); whatever the
+tree holds in those two folders never goes in.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 WHEEL_DIR = PurePosixPath("docker/wheels")
+CA_DIR = PurePosixPath("docker/ca-certificates")
+HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
+GENERATED_DIRS = (WHEEL_DIR, CA_DIR)  # filled per build; what the tree has there stays out
 # Never part of a context, even without git: top-level build trees and wheels,
 # and caches at any depth.
 SKIP_TOP = frozenset({".git", "build", "wheelhouse", "dist"})
@@ -64,15 +69,21 @@ def source_files(repo: Path) -> list[PurePosixPath]:
     for rel in files:
         if _skipped(rel):
             continue
-        if WHEEL_DIR in rel.parents and rel != WHEEL_DIR / ".gitignore":
-            continue  # only the wheel given on the command line goes here
+        if any(d in rel.parents and rel != d / ".gitignore" for d in GENERATED_DIRS):
+            continue  # only what this build puts there
         path = repo / rel
         if path.is_file() or path.is_symlink():  # tracked files may be deleted in the tree
             keep.append(rel)
     return sorted(set(keep))
 
 
-def build_context(repo: Path, *, wheel: Path | None = None) -> Context:
+def host_ca_certificates(folder: Path = HOST_CA_DIR) -> list[Path]:
+    """CAs the host trusts locally (Debian's place for them): a TLS-inspecting proxy
+    between the build and PyPI signs with one of these."""
+    return sorted(p for p in folder.glob("*.crt") if p.is_file()) if folder.is_dir() else []
+
+
+def build_context(repo: Path, *, wheel: Path | None = None, ca_certificates: list[Path] | None = None) -> Context:
     """Writes the context tar to a temporary file (removed when closed)."""
     handle = tempfile.TemporaryFile(prefix="cpubuild-context-")  # noqa: SIM115 - the caller closes it
     files = source_files(repo)
@@ -86,16 +97,18 @@ def build_context(repo: Path, *, wheel: Path | None = None) -> Context:
                     tar.addfile(info, src)
             else:
                 tar.addfile(info)
-        if wheel is not None:
-            info = tar.gettarinfo(str(wheel), arcname=str(WHEEL_DIR / wheel.name))
+        extra = [(wheel, WHEEL_DIR / wheel.name)] if wheel is not None else []
+        extra += [(cert, CA_DIR / cert.name) for cert in ca_certificates or []]
+        for source, arcname in extra:
+            info = tar.gettarinfo(str(source), arcname=str(arcname))
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
             info.mode = 0o644
-            with open(wheel, "rb") as src:
+            with open(source, "rb") as src:
                 tar.addfile(info, src)
     size = handle.tell()
     handle.seek(0)
-    return Context(file=handle, files=len(files) + (wheel is not None), size=size)
+    return Context(file=handle, files=len(files) + len(extra), size=size)
 
 
 def single_file_context(files: dict[str, Path | bytes]) -> Context:

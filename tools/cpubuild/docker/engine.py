@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import tarfile
 import tempfile
 import time
@@ -65,6 +66,19 @@ def sdk() -> Any:
         ) from None
 
 
+def _why(exc: BaseException) -> str:
+    """A short reason for a failed connection, instead of urllib3's nested repr."""
+    text = str(exc)
+    if "No such file or directory" in text or "FileNotFoundError" in text:
+        return "no daemon socket there (the daemon is not running)"
+    if "Connection refused" in text:
+        return "connection refused (the daemon is not running)"
+    if "Permission denied" in text:
+        return "permission denied (run as root or join the docker group)"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:300]
+
+
 def _daemon_address() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
@@ -84,10 +98,7 @@ class Engine:
             client = docker.from_env(timeout=int(timeout))
             client.ping()
         except (docker.errors.DockerException, OSError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DockerUnavailableError(
-                f"cannot reach the Docker daemon at {address}: {reason[:300]}", detail=START_FIX
-            ) from None
+            raise DockerUnavailableError(f"cannot reach the Docker daemon at {address}: {_why(exc)}", detail=START_FIX) from None
         return cls(client)
 
     # ------------------------------------------------------------------ images
@@ -168,8 +179,11 @@ class Engine:
                 sink_handle.close()
         failure = log.failure
         if failure is not None:
-            where = f"stage {failure.stage!r}, {failure.step}" if failure.stage else "before the first step"
-            detail = (failure.tail + "\n" if failure.tail else "") + f"-> {failure.message}"
+            step = failure.step if failure.step is None or len(failure.step) <= 110 else failure.step[:107] + "..."
+            where = f"stage {failure.stage!r}, {step}" if failure.stage else "before the first step"
+            exited = re.match(r"^The command .* returned a non-zero code: (\d+)$", failure.message, re.DOTALL)
+            message = f"the step exited with code {exited.group(1)}" if exited else failure.message
+            detail = (failure.tail + "\n" if failure.tail else "") + f"-> {message}"
             if log_file is not None:
                 detail += f"\nfull log: {log_file}"
             raise ImageBuildError(f"building {what} {tag} ({platform}) failed in {where}", detail=detail)

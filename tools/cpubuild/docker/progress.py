@@ -55,5 +55,6 @@ class ConsoleProgress:
         if self.verbosity < 0:
             return
         took = "cached" if step.cached else f"{time.monotonic() - self._started:5.1f}s"
-        label = step.label if len(step.label) < 110 else step.label[:107] + "..."
+        room = max(30, self.console.width - len(self.prefix) - 10)
+        label = step.label if len(step.label) <= room else step.label[: room - 3] + "..."
         self.console.print(f"{self.prefix}{took:>7}  {escape(label)}", highlight=False)
