@@ -1,0 +1,73 @@
+"""`cpubuild develop --precompiled`: which published wheel it takes, and which
+wheel members it lets into python/."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+from cpubuild.commands.develop import BINARY_MEMBER, PrecompiledNotFoundError, choose_wheel, extract_binaries
+from cpubuild.index.client import RemoteFile
+from packaging import tags
+
+LINUX_X86 = [
+    *tags.cpython_tags((3, 11), platforms=["manylinux_2_28_x86_64", "linux_x86_64"]),
+    *tags.compatible_tags((3, 11), platforms=["manylinux_2_28_x86_64", "linux_x86_64"]),
+]
+
+
+def remote(name: str) -> RemoteFile:
+    return RemoteFile(filename=name, url=f"http://x/{name}", sha256=None, requires_python=None)
+
+
+def test_prefers_installable_all_variant_newest() -> None:
+    files = [
+        remote("cpukern-0.1.0.dev3+gabc.cpu-py3-none-manylinux_2_28_aarch64.whl"),  # other arch
+        remote("cpukern-0.1.0.dev3+gabc.cpu.avx512-py3-none-manylinux_2_28_x86_64.whl"),  # a subset
+        remote("cpukern-0.1.0.dev2+gabc.cpu-py3-none-manylinux_2_28_x86_64.whl"),
+        remote("cpukern-0.1.0.dev3+gabc.cpu-py3-none-manylinux_2_28_x86_64.whl"),
+        remote("other-9.0-py3-none-any.whl"),
+        remote("cpukern-0.1.0.tar.gz"),
+    ]
+    chosen = choose_wheel(files, LINUX_X86)
+    assert chosen is not None
+    assert chosen.filename == "cpukern-0.1.0.dev3+gabc.cpu-py3-none-manylinux_2_28_x86_64.whl"
+
+
+def test_nothing_installable_is_none() -> None:
+    assert choose_wheel([remote("cpukern-0.1.0-py3-none-manylinux_2_28_s390x.whl")], LINUX_X86) is None
+    assert choose_wheel([], LINUX_X86) is None
+
+
+@pytest.mark.parametrize(
+    ("member", "allowed"),
+    [("cpukern/_cpukern_avx2.so", True), ("cpukern/_cpukern_probe.so", True), ("cpukern/_manifest.json", True),
+     ("cpukern.libs/libgomp-a34b3233.so.1.0.0", True), ("cpukern/__init__.py", False), ("cpukern/../x.so", False),
+     ("cpukern/sub/x.so", False), ("cpukern-0.1.0.dist-info/RECORD", False), ("evil.so", False)],
+)
+def test_only_build_products_are_extracted(member: str, allowed: bool) -> None:
+    assert bool(BINARY_MEMBER.match(member)) is allowed
+
+
+def test_extract_replaces_stale_variants_and_requires_a_manifest(tmp_path: Path) -> None:
+    pkg = tmp_path / "python" / "cpukern"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_cpukern_old.so").write_bytes(b"old")
+
+    def wheel(members: dict[str, bytes]) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            for name, data in members.items():
+                z.writestr(name, data)
+        return buf.getvalue()
+
+    with pytest.raises(PrecompiledNotFoundError):
+        extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"x"}), tmp_path)
+    assert (pkg / "_cpukern_old.so").exists()  # nothing touched
+    got = extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"new", "cpukern/_manifest.json": b"{}", "cpukern/__init__.py": b"no"}), tmp_path)
+    assert got == ["cpukern/_cpukern_avx2.so", "cpukern/_manifest.json"]
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "_cpukern_avx2.so", "_manifest.json"]
+    assert (pkg / "__init__.py").read_text() == ""  # sources never come from the wheel
