@@ -31,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[3]  # the checkout, when cpubuild runs from it
 CI_DIR = REPO / "ci"
 EMULATION = "emulation.toml"
 WORKFLOW = "release.yml"
@@ -299,15 +299,26 @@ def lint(paths: list[Path]) -> None:
         raise CpubuildError("actionlint found problems in the rendered workflow", detail=proc.stdout + proc.stderr)
 
 
+def project_root(start: Path) -> Path:
+    """The checkout holding isa_matrix.toml at or above `start` (an installed
+    cpubuild does not live in it), else the one cpubuild was loaded from."""
+    for directory in (start, *start.parents):
+        if (directory / "isa_matrix.toml").is_file():
+            return directory
+    return REPO
+
+
 @click.command("ci")
 @click.option("--check", is_flag=True, help="Fail (exit 1) when ci/ differs from what the matrix renders.")
 @click.option("--lint", "run_lint", is_flag=True, help="Also run actionlint on the rendered workflow.")
-@click.option("--dir", "ci_dir", type=click.Path(path_type=Path, file_okay=False), default=CI_DIR, show_default=True)
-@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Another isa_matrix.toml.")
-def command(check: bool, run_lint: bool, ci_dir: Path, matrix_path: Path | None) -> None:
+@click.option("--dir", "ci_dir", type=click.Path(path_type=Path, file_okay=False), default=None, help="Default: <project>/ci.")
+@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Default: <project>/isa_matrix.toml.")
+def command(check: bool, run_lint: bool, ci_dir: Path | None, matrix_path: Path | None) -> None:
     """Render the release pipeline from the ISA matrix into ci/."""
+    root = project_root(Path.cwd().resolve())
+    ci_dir = ci_dir or root / "ci"
     try:
-        matrix = load_matrix(matrix_path) if matrix_path else load_matrix()
+        matrix = load_matrix(matrix_path or root / "isa_matrix.toml")
     except MatrixError as exc:
         raise MatrixFileError(str(exc)) from None
     rendered = render_all(matrix, ci_dir)
