@@ -265,7 +265,10 @@ class Emulator:
                 raise ToolMissingError(f"qemu-{self.qemu}-static is not installed", detail="fix: apt-get install qemu-user-static")
             return [qemu, "-cpu", self.cpu, host_python, *python_args]
         # binfmt runs the tree's ELF files through qemu; QEMU_CPU picks the model
-        return ["chroot", str(self.root), "/usr/bin/python3", *python_args]
+        chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
+        if chroot is None:
+            raise ToolMissingError("chroot is not installed", detail="fix: apt-get install coreutils")
+        return [chroot, str(self.root), "/usr/bin/python3", *python_args]
 
     def environment(self, pythonpath: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env = {
@@ -298,3 +301,5 @@ class Emulator:
             )
         except subprocess.TimeoutExpired:
             raise BuildFailedError(f"{' '.join(cmd)} under -cpu {self.cpu} ran past {timeout:.0f} s") from None
+        except OSError as exc:
+            raise ToolMissingError(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None
