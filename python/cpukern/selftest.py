@@ -118,7 +118,7 @@ BF16_CODE = _abi.DTYPE_CODES["bfloat16"]
 
 def run_rms_norm(t: Typed, variant: str, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     if not t.raw:
-        return ops.rms_norm(x, w, eps)
+        return np.asarray(ops.rms_norm(x, w, eps))
     out = np.empty_like(x)
     _call_raw("rms_norm", variant, _ptr(out), _ptr(x), _ptr(w), x.shape[0], x.shape[1], x.shape[1], x.shape[1], eps, BF16_CODE)
     return out
@@ -133,7 +133,7 @@ def run_fused(t: Typed, variant: str, x: np.ndarray, r: np.ndarray, w: np.ndarra
 
 def run_silu(t: Typed, variant: str, x: np.ndarray) -> np.ndarray:
     if not t.raw:
-        return ops.silu_and_mul(x)
+        return np.asarray(ops.silu_and_mul(x))
     d = x.shape[1] // 2
     out = np.empty((x.shape[0], d), dtype=x.dtype)
     _call_raw("silu_and_mul", variant, _ptr(out), _ptr(x), x.shape[0], d, x.shape[1], d, BF16_CODE)
@@ -157,13 +157,13 @@ def run_rotary(t: Typed, variant: str, pos: np.ndarray, q: np.ndarray, k: np.nda
 
 
 def ref_rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    return np.asarray(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w)
 
 
 def ref_silu_and_mul(x: np.ndarray) -> np.ndarray:
     d = x.shape[-1] // 2
     a, b = x[..., :d], x[..., d:]
-    return a / (1.0 + np.exp(-a)) * b
+    return np.asarray(a / (1.0 + np.exp(-a)) * b)
 
 
 def ref_rotary(pos: np.ndarray, x: np.ndarray, head: int, cache: np.ndarray, neox: bool) -> np.ndarray:
@@ -180,7 +180,7 @@ def ref_rotary(pos: np.ndarray, x: np.ndarray, head: int, cache: np.ndarray, neo
         x1, x2 = out[..., 0:rot:2].copy(), out[..., 1:rot:2].copy()
         out[..., 0:rot:2] = x1 * cos - x2 * sin
         out[..., 1:rot:2] = x2 * cos + x1 * sin
-    return out.reshape(x.shape)
+    return np.asarray(out.reshape(x.shape))
 
 
 # ------------------------------------------------------------------ the checks
