@@ -48,10 +48,10 @@ def locked(path: Path, reporter: Reporter) -> Iterator[None]:
 
 
 def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The part of a build log worth showing: from the first FAILED step, else the end."""
+    """The part of a build log worth showing: from the first failed step or CMake error, else the end."""
     all_lines = text.splitlines()
     for i, line in enumerate(all_lines):
-        if line.startswith("FAILED: "):
+        if line.startswith(("FAILED: ", "CMake Error")):
             return "\n".join(all_lines[i : i + lines])
     return "\n".join(all_lines[-lines:])
 
