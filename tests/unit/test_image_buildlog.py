@@ -45,9 +45,11 @@ def test_steps_are_named_by_their_stage_and_cache_hits_are_seen() -> None:
     for chunk in SUCCESS:
         log.feed(chunk)
     log.finish()
-    assert [(s.number, s.stage) for s in log.steps] == [(1, "stage-0"), (2, "base"), (3, "base"), (4, "build"), (5, "build"), (6, "stage-2")]
+    assert [(s.number, s.stage) for s in log.steps] == [(1, "global"), (2, "base"), (3, "base"), (4, "build"), (5, "build"), (6, "stage-2")]
     assert [s.cached for s in log.steps] == [False, False, True, False, False, False]
     assert log.cached_steps == 1
+    # what ran: layers only (no FROM, no global ARG), cache hits left out
+    assert log.rebuilt == ["[build 5/6] RUN echo compiling && echo par"]
     assert log.image_id == "sha256:7f7f7f"
     assert log.failure is None
     # split chunks are joined into whole lines; builder bookkeeping is not output

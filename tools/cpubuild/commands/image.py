@@ -39,6 +39,7 @@ class Built:
     seconds: float
     steps: int
     cached_steps: int
+    rebuilt: tuple[str, ...]
     size: int
     selected: str | None
     base_built: bool
@@ -55,6 +56,7 @@ class Built:
             "seconds": round(self.seconds, 2),
             "steps": self.steps,
             "cached_steps": self.cached_steps,
+            "rebuilt": list(self.rebuilt),
             "size": self.size,
             "selected": self.selected,
         }
@@ -267,6 +269,7 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
         seconds=seconds,
         steps=result.steps,
         cached_steps=result.cached_steps,
+        rebuilt=result.rebuilt,
         size=engine.image_size(spec.tag),
         selected=selected,
         base_built=base_built,

@@ -19,6 +19,7 @@ STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 FROM_AS = re.compile(r"^FROM\s+.*?\s+AS\s+([A-Za-z0-9_.-]+)\s*$", re.IGNORECASE)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the builder colours a step's stderr
 TAIL_LINES = 40
+GLOBAL = "global"
 
 
 @dataclass(kw_only=True)
@@ -59,7 +60,7 @@ class BuildLog:
         self.image_id: str | None = None
         self.failure: BuildFailure | None = None
         self._stage_count = 0
-        self._stage = "stage-0"
+        self._stage = GLOBAL  # ARGs before the first FROM
         self._partial = ""
 
     @property
@@ -69,6 +70,14 @@ class BuildLog:
     @property
     def cached_steps(self) -> int:
         return sum(1 for s in self.steps if s.cached)
+
+    @property
+    def rebuilt(self) -> list[str]:
+        """Steps that ran instead of coming from the layer cache (FROM and global
+        ARGs have no layer and are left out)."""
+        return [
+            s.label for s in self.steps if not s.cached and s.stage != GLOBAL and not s.instruction.upper().startswith("FROM")
+        ]
 
     def feed(self, chunk: dict[str, Any]) -> None:
         if "error" in chunk or "errorDetail" in chunk:

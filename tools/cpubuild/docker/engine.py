@@ -46,6 +46,7 @@ class BuildResult:
     seconds: float
     steps: int
     cached_steps: int
+    rebuilt: tuple[str, ...]  # labels of the steps that ran (not from the cache)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +196,7 @@ class Engine:
             seconds=time.monotonic() - start,
             steps=len(log.steps),
             cached_steps=log.cached_steps,
+            rebuilt=tuple(log.rebuilt),
         )
 
     def copy_out(self, image: str, path: str, dest: Path, *, suffix: str = "") -> list[Path]:

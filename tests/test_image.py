@@ -1,0 +1,242 @@
+"""`cpubuild image` against a real Docker daemon (no registry, nothing pulled).
+
+The amd64 runtime image compiles its wheel in the build stage; the arm64 one is
+assembled from a wheel cross-compiled on the host and runs under QEMU. What the
+images must select comes from an oracle independent of cpukern: this host's
+/proc/cpuinfo flags (Linux lists AVX/AVX-512/AMX only when the kernel enabled
+their state) and, for arm64, QEMU's default `max` CPU, which has every feature.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cpubuild.docker.base import base_tag
+from cpubuild.matrix import Matrix, load_matrix
+
+from tests.conftest import REPO, require, require_tool
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+MATRIX: Matrix = load_matrix()
+TAG = "cpubuild-test/cpukern"
+COMPILERS = ("gcc", "cc", "g++", "c++", "clang")
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def cpubuild(*args: str, timeout: float = 2400, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", *args]
+    environment = dict(os.environ, PYTHONPATH=str(REPO / "tools"), **(env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=environment)
+
+
+def docker_run(image: str, *args: str, env: dict[str, str] | None = None, entrypoint: str | None = None, user: str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = ["docker", "run", "--rm", "--network", "host"]
+    for key, value in (env or {}).items():
+        cmd += ["-e", f"{key}={value}"]
+    if entrypoint is not None:
+        cmd += ["--entrypoint", entrypoint]
+    if user is not None:
+        cmd += ["--user", user]
+    return subprocess.run([*cmd, image, *args], capture_output=True, text=True, timeout=600)
+
+
+def built_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, f"cpubuild image exited {proc.returncode}\n{proc.stderr[-6000:]}"
+    assert "Traceback" not in proc.stderr
+    (image,) = json.loads(proc.stdout)["images"]
+    assert isinstance(image, dict)
+    return image
+
+
+def cpuinfo_features() -> set[str]:
+    """The matrix's x86 features this host has, read from /proc/cpuinfo."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            flags = set(value.split())
+            found = {name for name in MATRIX.features["x86_64"] if name in flags}
+            if any(f.startswith("amx") for f in found) and not _amx_permitted():
+                found = {f for f in found if not f.startswith("amx")}
+            return found
+    pytest.fail("/proc/cpuinfo has no flags line")
+
+
+def _amx_permitted() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.syscall(158, 0x1023, 18) == 0)  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)
+
+
+def expected_best(arch: str, features: set[str] | None, built: set[str]) -> str:
+    """Highest-priority built variant whose requirements the CPU meets (None: all)."""
+    runnable = [v for v in MATRIX.variants_for(arch) if v.name in built and (features is None or set(v.requires) <= features)]
+    return runnable[-1].name
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+def _daemon_up() -> bool:
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def daemon() -> None:
+    """A reachable daemon; started here (as scripts/setup.sh does) when it is not running."""
+    require_tool("docker")
+    require(shutil.which("dockerd") is not None or _daemon_up(), "dockerd is not installed (run scripts/setup.sh)")
+    if not _daemon_up() and os.geteuid() == 0 and "DOCKER_HOST" not in os.environ:
+        with open("/var/log/dockerd.log", "ab") as log:
+            subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _daemon_up():
+            time.sleep(0.5)
+    require(_daemon_up(), "the Docker daemon is not reachable (run scripts/setup.sh)")
+
+
+@pytest.fixture(scope="session")
+def amd64_runtime(daemon: None) -> dict[str, Any]:
+    require(os.uname().machine == "x86_64", "the amd64 image compiles natively: needs an x86_64 host")
+    return built_json(cpubuild("image", "--platform", "linux/amd64", "--tag", f"{TAG}:runtime-amd64", "--json"))
+
+
+@pytest.fixture(scope="session")
+def arm64_runtime(daemon: None) -> dict[str, Any]:
+    require_tool("aarch64-linux-gnu-g++")
+    require(Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(), "qemu-aarch64 binfmt is not registered (scripts/setup.sh)")
+    return built_json(cpubuild("image", "--platform", "linux/arm64", "--tag", f"{TAG}:runtime-arm64", "--json"))
+
+
+@pytest.fixture()
+def hostile_wheel(tmp_path: Path) -> Iterator[Path]:
+    """A wheel whose manifest is fine but one member escapes the install folder."""
+    path = tmp_path / "cpukern-0.1.0-py3-none-linux_x86_64.whl"
+    variants = [v.name for v in MATRIX.variants_for("x86_64")]
+    manifest = {"arch": "x86_64", "variants": [{"name": v, "library": f"_cpukern_{v}.so"} for v in variants]}
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("cpukern/_manifest.json", json.dumps(manifest))
+        for v in variants:
+            zf.writestr(f"cpukern/_cpukern_{v}.so", b"\x7fELF")
+        zf.writestr("../../etc/cpukern-escape", b"outside")
+    yield path
+
+
+# ------------------------------------------------------------------ amd64
+
+
+def test_amd64_runtime_selects_what_the_cpu_supports(amd64_runtime: dict[str, Any]) -> None:
+    proc = docker_run(amd64_runtime["tag"], "python3", "-m", "cpukern", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    built = {v["name"] for v in report["variants"] if v["built"]}
+    assert built == {v.name for v in MATRIX.variants_for("x86_64")}  # the default image holds every variant
+    assert report["selected"] == expected_best("x86_64", cpuinfo_features(), built)
+    assert amd64_runtime["selected"] == report["selected"]  # cpubuild's own smoke test agrees
+    assert amd64_runtime["platform"] == "linux/amd64" and amd64_runtime["variants"] == "all"
+
+
+def test_amd64_runtime_honours_and_checks_cpukern_isa(amd64_runtime: dict[str, Any]) -> None:
+    features = cpuinfo_features()
+    runs = [v.name for v in MATRIX.variants_for("x86_64") if set(v.requires) <= features]
+    require("avx2" in runs, "this host cannot run avx2")
+    forced = docker_run(amd64_runtime["tag"], "python3", "-m", "cpukern", "--json", env={"CPUKERN_ISA": "avx2"})
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["selected"] == "avx2"
+    lacking = [v for v in MATRIX.variants_for("x86_64") if not set(v.requires) <= features]
+    require(bool(lacking), "this host runs every x86 variant: nothing to refuse")
+    refused = docker_run(amd64_runtime["tag"], "python3", "-m", "cpukern", env={"CPUKERN_ISA": lacking[0].name})
+    assert refused.returncode == 1
+    assert f"CPUKERN_ISA={lacking[0].name}" in refused.stderr and "missing features" in refused.stderr
+    assert "Traceback" not in refused.stderr + refused.stdout
+
+
+def test_amd64_runtime_is_slim_non_root_and_tuned(amd64_runtime: dict[str, Any]) -> None:
+    tag = amd64_runtime["tag"]
+    probe = docker_run(tag, "sh", "-c", f"id -u; for c in {' '.join(COMPILERS)}; do command -v $c; done; true")
+    assert probe.returncode == 0, probe.stderr
+    lines = probe.stdout.split()
+    assert lines[0] != "0", "the runtime image must not run as root"
+    assert lines[1:] == [], f"compilers on the PATH: {lines[1:]}"
+    inspect = json.loads(subprocess.run(["docker", "image", "inspect", tag], capture_output=True, text=True, check=True).stdout)[0]
+    config = inspect["Config"]
+    assert config["Healthcheck"]["Test"] == ["CMD", "python3", "-m", "cpukern"]
+    preload = dict(e.split("=", 1) for e in config["Env"])["LD_PRELOAD"]
+    assert "tcmalloc" in preload
+    # the preloaded file is really there, and really loaded into the process
+    maps = docker_run(tag, "python3", "-c", "print(open('/proc/self/maps').read())")
+    assert maps.returncode == 0 and "libtcmalloc_minimal" in maps.stdout
+    assert "warning" not in maps.stderr
+
+
+def test_missing_tcmalloc_is_a_warning_not_a_crash(amd64_runtime: dict[str, Any]) -> None:
+    script = "rm -f /usr/lib/*/libtcmalloc_minimal.so.4* && exec /usr/local/bin/cpukern-entrypoint python3 -m cpukern --json"
+    proc = docker_run(amd64_runtime["tag"], "-c", script, entrypoint="/bin/sh", user="root")
+    assert proc.returncode == 0, proc.stderr
+    assert "cpukern: warning: LD_PRELOAD names /usr/local/lib/libtcmalloc_minimal.so.4, which is missing" in proc.stderr
+    assert json.loads(proc.stdout)["selected"] == amd64_runtime["selected"]
+
+
+def test_build_stage_exports_the_wheel_it_compiled(amd64_runtime: dict[str, Any], tmp_path: Path) -> None:
+    """--target build (from the runtime build's layer cache when the tree is unchanged);
+    --output copies the wheel it made, like buildx's --output of the `wheel` stage."""
+    proc = cpubuild("image", "--platform", "linux/amd64", "--target", "build", "--tag", f"{TAG}:build-amd64", "--output", str(tmp_path), "--json")
+    image = built_json(proc)
+    assert image["target"] == "build" and image["selected"] is None  # no smoke test in the build stage
+    (wheel,) = tmp_path.glob("*.whl")
+    assert wheel.name.endswith("_x86_64.whl") and "manylinux" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        libraries = {n for n in zf.namelist() if n.startswith("cpukern/_cpukern_") and not n.endswith("probe.so")}
+    assert len(libraries) == len(MATRIX.variants_for("x86_64"))
+    compilers = docker_run(image["tag"], "sh", "-c", "command -v g++ cmake")
+    assert compilers.returncode == 0 and "g++" in compilers.stdout  # the build stage does have them
+
+
+def test_failing_step_names_stage_and_shows_its_log(daemon: None, hostile_wheel: Path) -> None:
+    proc = cpubuild("image", "--wheel", str(hostile_wheel), "--tag", f"{TAG}:hostile", "--no-smoke")
+    assert proc.returncode == 1
+    assert "failed in stage 'build'" in proc.stderr
+    assert "escapes the install directory" in proc.stderr  # the tail of the failing step's output
+    assert "full log:" in proc.stderr and "Traceback" not in proc.stderr
+    assert subprocess.run(["docker", "image", "inspect", f"{TAG}:hostile"], capture_output=True).returncode != 0
+
+
+# ------------------------------------------------------------------ arm64
+
+
+def test_arm64_runtime_from_a_cross_built_wheel_selects_neon(arm64_runtime: dict[str, Any]) -> None:
+    tag = arm64_runtime["tag"]
+    inspect = json.loads(subprocess.run(["docker", "image", "inspect", tag], capture_output=True, text=True, check=True).stdout)[0]
+    assert inspect["Architecture"] == "arm64"
+    proc = docker_run(tag, "python3", "-m", "cpukern", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["machine"] == "aarch64"
+    built = {v["name"] for v in report["variants"] if v["built"]}
+    # QEMU's default user-mode CPU is `max`: every feature, so the best built variant
+    assert report["selected"] == expected_best("aarch64", None, built)
+    assert report["selected"] in {"neon_bf16", "sve"}
+    assert arm64_runtime["wheel"] is None  # cross-compiled on the host by cpubuild, not given
+    assert arm64_runtime["selected"] == report["selected"]
+
+
+def test_base_images_are_local_and_labelled_with_their_arch(amd64_runtime: dict[str, Any], arm64_runtime: dict[str, Any]) -> None:
+    for arch in ("x86_64", "aarch64"):
+        spec = MATRIX.arches[arch]
+        out = subprocess.run(["docker", "image", "inspect", base_tag(spec)], capture_output=True, text=True)
+        assert out.returncode == 0, f"{base_tag(spec)} missing"
+        data = json.loads(out.stdout)[0]
+        assert data["Architecture"] == spec.docker_platform.split("/")[1]
+        assert data["RepoDigests"] == []  # made here, never pulled
