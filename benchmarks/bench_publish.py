@@ -65,40 +65,30 @@ def timed(fn: object) -> float:
     return time.perf_counter() - start
 
 
-def bench(size: int, repeat: int, work: Path) -> dict[str, float]:
-    root = work / f"index-{size}"
-    scratch = work / "scratch"
-    scratch.mkdir(exist_ok=True)
-    filled_s = fill(root, size, scratch)
+# As installed tools run: byte-compiled (an environment that forbids writing
+# .pyc files would time the compiler instead of the command).
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": str(REPO / "tools")}
+
+
+def measure(root: Path, size: int, r: int, scratch: Path) -> dict[str, float]:
+    """One round of the three publishes (and a bare interpreter start) on one index."""
     storage = LocalStorage(root)  # measured publishes are durable (fsync), as in real use
-    new_commit: list[float] = []
-    existing: list[float] = []
-    via_cli: list[float] = []
-    bare: list[float] = []
-    for r in range(repeat):
-        n = 10_000_000 + size * 10 + r
-        one = make_wheels(scratch, n)[:1]
-        new_commit.append(timed(lambda one=one, n=n: publish(storage, one, commit=commit_sha(n), channel="nightly")))
-        extra = make_wheels(scratch, n)[1:2]
-        existing.append(timed(lambda extra=extra, n=n: publish(storage, extra, commit=commit_sha(n))))
-        path = write_wheel(scratch, name="cpukern", version=f"0.1.0.dev{n}+g{n:07x}.cpu.x", tag="py3-none-any", files={"cpukern/x.py": b""})
-        cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; main(sys.argv[1:])",
-               "publish", str(path), "--to", str(root), "--commit", commit_sha(n), "--channel", "nightly", "-q"]
-        env = dict(os.environ, PYTHONPATH=str(REPO / "tools"))
-        via_cli.append(timed(lambda cmd=cmd, env=env: subprocess.run(cmd, check=True, env=env)))
-        bare.append(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)))
-    files = sum(1 for p in root.rglob("*.whl"))
+    n = 10_000_000 + size * 100 + r
+    one = make_wheels(scratch, n)[:1]
+    extra = make_wheels(scratch, n)[1:2]
+    times = {
+        "new_commit_s": timed(lambda: publish(storage, one, commit=commit_sha(n), channel="nightly")),
+        "existing_commit_s": timed(lambda: publish(storage, extra, commit=commit_sha(n))),
+    }
+    path = write_wheel(scratch, name="cpukern", version=f"0.1.0.dev{n}+g{n:07x}.cpu.x", tag="py3-none-any", files={"cpukern/x.py": b""})
+    cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; main(sys.argv[1:])",
+           "publish", str(path), "--to", str(root), "--commit", commit_sha(n), "--channel", "nightly", "-q"]
+    times["cli_s"] = timed(lambda: subprocess.run(cmd, check=True, env=CLI_ENV))
+    times["bare_s"] = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
     problems = verify_tree(storage, "nightly/cpu").problems + verify_tree(storage, f"{commit_sha(n)}/cpu").problems
     if problems:
-        raise SystemExit(f"index invalid after benchmark: {problems[:5]}")
-    return {
-        "wheels": files,
-        "fill_s": filled_s,
-        "new_commit_s": statistics.median(new_commit),
-        "existing_commit_s": statistics.median(existing),
-        "cli_s": statistics.median(via_cli),
-        "bare_s": statistics.median(bare),
-    }
+        raise SystemExit(f"index invalid after publishing: {problems[:5]}")
+    return times
 
 
 def main() -> int:
@@ -111,26 +101,44 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-publish-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        scratch = work / "scratch"
+        scratch.mkdir(exist_ok=True)
+        roots = {}
+        for size in sizes:
+            roots[size] = work / f"index-{size}"
+            seconds = fill(roots[size], size, scratch)
+            print(f"  filled {size:>6} wheels in {seconds:.1f} s", file=sys.stderr)
+        subprocess.run([sys.executable, "-c", "import cpubuild.cli, cpubuild.commands.publish"], check=True, env=CLI_ENV)  # warm .pyc
+        # rounds interleave the sizes, so that load on the machine hits all alike
+        samples: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
+        for r in range(args.repeat):
+            for size in sizes:
+                samples[size].append(measure(roots[size], size, r, scratch))
         rows = []
         for size in sizes:
-            rows.append(bench(size, args.repeat, work))
-            print(f"  filled {rows[-1]['wheels']:>6} wheels in {rows[-1]['fill_s']:.1f} s", file=sys.stderr)
-        print(f"publish one wheel (median of {args.repeat}; durable writes with fsync)")
+            row = {key: statistics.median(s[key] for s in samples[size]) for key in samples[size][0]}
+            row["wheels"] = sum(1 for _ in roots[size].rglob("*.whl"))
+            rows.append(row)
+        print(f"publish one wheel (median of {args.repeat} interleaved rounds; durable writes with fsync)")
         print(f"{'wheels in index':>16} {'new commit+nightly':>19} {'existing commit':>16} {'cpubuild publish':>17} {'(python -c pass)':>17}")
         for row in rows:
             print(
-                f"{row['wheels']:>16,} {row['new_commit_s']*1000:>16.1f} ms {row['existing_commit_s']*1000:>13.1f} ms "
+                f"{int(row['wheels']):>16,} {row['new_commit_s']*1000:>16.1f} ms {row['existing_commit_s']*1000:>13.1f} ms "
                 f"{row['cli_s']*1000:>14.1f} ms {row['bare_s']*1000:>14.1f} ms"
             )
         first, last = rows[0], rows[-1]
         print(
-            f"ratio {last['wheels']:,} / {first['wheels']:,} wheels: "
+            f"ratio {int(last['wheels']):,} / {int(first['wheels']):,} wheels: "
             f"new commit {last['new_commit_s'] / first['new_commit_s']:.2f}x, "
             f"existing {last['existing_commit_s'] / first['existing_commit_s']:.2f}x, "
             f"command {last['cli_s'] / first['cli_s']:.2f}x (flat = about 1x)"
         )
-        worst = max(max(r["new_commit_s"], r["existing_commit_s"], r["cli_s"]) for r in rows)
-        print(f"target <= 1 s: {'met' if worst <= 1.0 else 'MISSED'} (worst {worst*1000:.0f} ms)")
+        worst = max(max(r["new_commit_s"], r["existing_commit_s"]) for r in rows)
+        worst_cli = max(r["cli_s"] for r in rows)
+        startup = max(r["bare_s"] for r in rows)
+        print(f"target <= 1 s: publish {'met' if worst <= 1.0 else 'MISSED'} (worst {worst*1000:.0f} ms); "
+              f"whole command {'met' if worst_cli <= 1.0 else 'MISSED'} (worst {worst_cli*1000:.0f} ms, "
+              f"of which a bare interpreter start takes up to {startup*1000:.0f} ms on this machine now)")
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -5,16 +5,18 @@ variants, project names. Everything is validated before anything is written.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from packaging.tags import Tag
 
 # Characters a wheel file name may hold here: what packaging's parser accepts
 # for real wheels, minus anything that could mean something in a path or URL.
@@ -75,6 +77,8 @@ def resolve_commit(commit: str | None, *, repo: Path | None = None) -> str:
         return commit
     if commit.startswith("-") or any(c.isspace() for c in commit):
         raise IndexInputError(f"--commit {commit!r} is not a commit SHA or git revision")
+    import subprocess  # only here: most publishes pass a full SHA
+
     try:
         proc = subprocess.run(
             ["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],

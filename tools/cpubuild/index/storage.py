@@ -16,7 +16,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +78,7 @@ class LocalStorage:
 
     def _temp(self, path: Path, data: bytes) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{TEMP_PREFIX}{secrets.token_hex(6)}-{path.name}")
+        tmp = path.with_name(f"{TEMP_PREFIX}{os.urandom(6).hex()}-{path.name}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             with os.fdopen(fd, "wb") as out:
@@ -119,8 +118,8 @@ class LocalStorage:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        if self.durable:
-            _fsync_dir(path.parent)
+        # no directory fsync: after a power loss a page may come back as its
+        # previous version, which is still a valid page (files are synced)
         return True
 
     @contextlib.contextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field
-from email.parser import BytesParser
 from typing import Any
 from urllib.parse import unquote
 
@@ -19,7 +18,7 @@ from .client import _Links
 from .names import parse_wheel_name
 from .pages import API_VERSION, PageStateError, parse_list_json, parse_project_json
 from .storage import Storage
-from .wheelfile import sha256_hex
+from .wheelfile import metadata_fields, sha256_hex
 
 UPLOAD_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -107,7 +106,7 @@ def _check_file(storage: Storage, page_dir: str, filename: str, url: str, sha: s
         elif sha256_hex(meta.data) != meta_sha:
             report.problems.append(f"{page_dir}: {key}.metadata has sha256 {sha256_hex(meta.data)}, the page says {meta_sha}")
         else:
-            fields = BytesParser().parsebytes(meta.data, headersonly=True)
+            fields = metadata_fields(meta.data)
             wheel = parse_wheel_name(filename)
             if canonicalize_name(str(fields.get("Name", ""))) != wheel.project or str(fields.get("Version", "")) != str(wheel.version):
                 report.problems.append(f"{page_dir}: {key}.metadata describes {fields.get('Name')} {fields.get('Version')}")

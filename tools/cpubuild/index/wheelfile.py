@@ -12,7 +12,6 @@ import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from email.parser import BytesParser
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -49,6 +48,28 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def metadata_fields(metadata: bytes) -> dict[str, str]:
+    """The header fields of a core metadata file (RFC 822 style: up to the
+    first blank line, continuation lines folded); the first of a repeated
+    field wins. Parsed by hand: the email package costs more to import than
+    a whole publish takes."""
+    fields: dict[str, str] = {}
+    last: str | None = None
+    for line in metadata.decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            break
+        if line[0] in " \t" and last is not None:
+            if last in fields:
+                fields[last] += " " + line.strip()
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise IndexInputError(f"METADATA line {line[:60]!r} is not a 'Field: value' header")
+        last = name.strip()
+        fields.setdefault(last, value.strip())
+    return fields
+
+
 def _dist_info_dir(names: Iterable[str], wheel: WheelName) -> str:
     """The wheel's single top-level .dist-info directory for its project."""
     dirs = {n.split("/", 1)[0] for n in names if "/" in n and n.split("/", 1)[0].endswith(".dist-info")}
@@ -78,7 +99,10 @@ def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
             if f"{dist_info}/{required}" not in names:
                 raise IndexInputError(f"{filename}: {dist_info}/{required} is missing")
         metadata = archive.read(f"{dist_info}/METADATA")
-    fields = BytesParser().parsebytes(metadata, headersonly=True)
+    try:
+        fields = metadata_fields(metadata)
+    except IndexInputError as exc:
+        raise IndexInputError(f"{filename}: {exc.message}") from None
     name, version = fields.get("Name"), fields.get("Version")
     if not name or not version:
         raise IndexInputError(f"{filename}: METADATA lacks Name or Version")
@@ -93,12 +117,12 @@ def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
     requires_python = fields.get("Requires-Python")
     return WheelInfo(
         name=wheel,
-        display_name=str(name),
+        display_name=name,
         data=data,
         sha256=sha256_hex(data),
         metadata=metadata,
         metadata_sha256=sha256_hex(metadata),
-        requires_python=str(requires_python).strip() if requires_python else None,
+        requires_python=requires_python or None,
     )
 
 
