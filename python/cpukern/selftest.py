@@ -28,12 +28,16 @@ import numpy as np
 
 from . import _abi, _dispatch, ops
 
-try:  # bfloat16 as a NumPy dtype, when installed
-    import ml_dtypes
 
-    BF16: Any = ml_dtypes.bfloat16
-except ImportError:  # pragma: no cover - the emulated rootfs case
-    BF16 = None
+def numpy_bfloat16() -> Any:
+    """ml_dtypes' bfloat16 when installed, else None (imported only when asked:
+    it takes seconds to import under emulation)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes.bfloat16
+
 
 SEED = 20240607
 HIDDEN_SIZES = (1, 7, 64, 133)  # one lane, a tail only, whole vectors, vectors + tail
@@ -66,7 +70,7 @@ class Typed:
 
     def make(self, values: np.ndarray) -> np.ndarray:
         if self.name == "bfloat16":
-            return bf16_bits(values) if self.raw else np.asarray(values, dtype=np.float32).astype(BF16)
+            return bf16_bits(values) if self.raw else np.asarray(values, dtype=np.float32).astype(numpy_bfloat16())
         return np.asarray(values).astype(self.name)
 
     def read(self, a: np.ndarray) -> np.ndarray:
@@ -272,7 +276,7 @@ def check_gemm_w8a8(results: Results, variant: str, rng: np.random.Generator) ->
 def run_checks(variants: list[str], *, raw_bf16: bool) -> Results:
     results = Results()
     if raw_bf16:
-        results.notes.append("ml_dtypes is not installed: bfloat16 checked through the C ABI as uint16 bit patterns")
+        results.notes.append("bfloat16 checked through the C ABI as uint16 bit patterns (no ml_dtypes used)")
     for variant in variants:
         rng = np.random.default_rng(SEED)
         for name in DTYPES:
@@ -293,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--selected-only", action="store_true",
                         help="check only the dispatcher's choice (default: every variant this CPU runs)")
+    parser.add_argument("--raw-bf16", action="store_true",
+                        help="pass bfloat16 as uint16 bit patterns through the C ABI even when ml_dtypes is installed")
     args = parser.parse_args(argv)
     selected = _dispatch.selected_isa()
     variants = [selected] if args.selected_only else _dispatch.supported_variants()
     if selected not in variants:  # CPUKERN_DISABLE_ISA may hide it from the supported list
         variants.append(selected)
-    results = run_checks(variants, raw_bf16=BF16 is None)
+    results = run_checks(variants, raw_bf16=args.raw_bf16 or numpy_bfloat16() is None)
     summary = {
         "variant": selected,
         "variants": variants,

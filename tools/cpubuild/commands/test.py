@@ -220,7 +220,7 @@ def run_emulated(
                 checks_skipped = f"NumPy cannot import under {cpu} ({why if isinstance(why, str) else why[0]}): selection report only"
                 say(f"checks: skipped - {checks_skipped}")
             else:
-                proc = emulator.run(["-m", "cpukern.selftest", "--json"], pythonpath=site, env=env, host_python=python)
+                proc = emulator.run(["-m", "cpukern.selftest", "--json", "--raw-bf16"], pythonpath=site, env=env, host_python=python)
                 died = signal_name(proc.returncode)
                 result = last_json(proc.stdout)
                 if died:
@@ -233,7 +233,7 @@ def run_emulated(
                     if proc.returncode != 0 and not result.get("failures"):
                         problems.append(f"the correctness checks exited {proc.returncode}")
                     say(f"checks: {result.get('passed', 0)} passed, {result.get('failed', 0)} failed"
-                        f" (variant {result.get('variant', selected)})")
+                        f" (variants {', '.join(result.get('variants', [selected]))})")
     return Outcome(
         arch=arch.name,
         cpu=cpu,
@@ -286,7 +286,7 @@ def command(
     elif not wheel.is_file():
         raise UsageError(f"wheel {wheel} does not exist")
     if wheel_arch(wheel) != arch_name:
-        raise UsageError(f"{wheel.name} is a {wheel_arch(wheel)} wheel, not {arch_name}")
+        raise UsageError(f"{wheel.name} is built for {wheel_arch(wheel)}, not {arch_name}")
     check_model(arch.qemu, cpu)
 
     def say(line: str) -> None:
