@@ -351,7 +351,8 @@ def test_a_failing_compile_names_the_variant_and_shows_its_log(native_host: None
     # only in the variant's own sources (CMake's flag checks do not define the variant name)
     broken.write_text('#if defined(CPUKERN_VARIANT_NAME) && defined(__AVX512F__)\n#error "deliberately broken for this test"\n#endif\n')
     out = tmp_path / "out"
-    proc = cpubuild("wheel", "--isa", SUBSET, "--out", str(out), "--build-root", str(tmp_path / "b"),
+    # a fixed, cleaned build root: CMake reads CXXFLAGS afresh, ccache serves the baseline objects
+    proc = cpubuild("wheel", "--isa", SUBSET, "--out", str(out), "--build-root", str(cache_root() / "broken"), "--clean",
                     env={"CXXFLAGS": f"-include {broken}"}, check=False)
     assert proc.returncode == 1, proc.stderr
     assert f"compile failed in variant '{SUBSET}'" in proc.stderr

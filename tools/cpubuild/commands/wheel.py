@@ -54,7 +54,7 @@ def plan_from_options(
         source=source,
         build_root=options.build_root or project.root / "build" / "cpubuild",
         out_dir=Path.cwd() / options.out,
-        frontend=options.frontend,
+        frontend=(("uv" if shutil.which("uv") else "build") if options.frontend == "auto" else options.frontend),
         isolated=isolated,
         jobs=options.jobs or os.cpu_count() or 1,
         ccache=resolve_ccache(options.ccache),
@@ -74,7 +74,7 @@ def plan_from_options(
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
 @click.option("--build-root", type=click.Path(path_type=Path), help="Where the per-(arch, ISA set) build directories live (default: <project>/build/cpubuild).")
-@click.option("--frontend", type=click.Choice(FRONTENDS), help="PEP 517 frontend (default: build).")
+@click.option("--frontend", type=click.Choice(FRONTENDS), help="PEP 517 frontend (default: auto = uv when installed, else build).")
 @click.option("--isolation", type=click.Choice(SWITCHES), help="Isolated build environment (default: auto, i.e. only when the backend is not installed here).")
 @click.option("-j", "--jobs", type=int, help="Parallel compile jobs (default: all CPUs).")
 @click.option("--ccache", type=click.Choice(SWITCHES), help="Compiler cache (default: auto, used when installed).")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-FRONTENDS = ("build", "uv", "pip")
+FRONTENDS = ("auto", "build", "uv", "pip")  # auto: uv when installed (faster), else build
 SWITCHES = ("auto", "on", "off")
 
 
@@ -26,7 +26,7 @@ class WheelOptions:
     arch: str | None = None  # None: the host's arch
     out: Path = Path("wheelhouse")
     build_root: Path | None = None  # None: <project>/build/cpubuild
-    frontend: str = "build"
+    frontend: str = "auto"
     isolation: str = "auto"  # auto: isolated only when the backend is not importable here
     jobs: int | None = None  # None: all CPUs
     ccache: str = "auto"  # auto: used when installed

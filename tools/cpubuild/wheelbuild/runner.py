@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,7 +24,9 @@ from ..errors import BuildFailedError
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
 from . import compilers, frontend, wheelzip
+from .cache import digest
 from .plan import BuildPlan
+from .repair import Repaired
 from .report import Reporter
 from .tools import require_all
 
@@ -110,6 +114,49 @@ def _deliver(source: Path, out_dir: Path) -> Path:
     return target
 
 
+def repair_cached(
+    plan: BuildPlan,
+    platform: Platform,
+    wheel: Path,
+    dest: Path,
+    guarded: Sequence[str],
+    log: Callable[[str], None],
+    reporter: Reporter,
+) -> Repaired:
+    """platform.repair, remembered per build directory.
+
+    The backend's wheel is reproducible, so an unchanged rebuild hands over the
+    very same bytes: the repaired wheel (and what auditwheel said about it) is
+    reused instead of running auditwheel again. Keyed by the input's sha256,
+    the platform, the policy, the guarded libraries and auditwheel's version."""
+    try:
+        tool = metadata.version("auditwheel")
+    except metadata.PackageNotFoundError:
+        tool = "?"
+    key = digest(wheelzip.sha256_file(wheel), platform.name, plan.manylinux, *sorted(guarded), tool)
+    store = plan.build_dir / "cpubuild-repair"
+    meta = store / f"{key}.json"
+    if meta.is_file():
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+            cached = store / key / data["filename"]
+            if cached.is_file():
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cached, dest / cached.name)
+                reporter.note("repair: unchanged input, reusing the repaired wheel")
+                log(f"repair: reused {cached} (input sha256 unchanged)")
+                return Repaired(wheel=dest / cached.name, policy=data["policy"], audited=data["audited"], isa_ext_check=data["isa_ext_check"])
+        except (OSError, ValueError, KeyError):
+            pass
+    result = platform.repair(wheel, dest, plan, guarded, log)
+    shutil.rmtree(store, ignore_errors=True)
+    (store / key).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(result.wheel, store / key / result.wheel.name)
+    meta.write_text(json.dumps({"filename": result.wheel.name, "policy": result.policy, "audited": result.audited,
+                                "isa_ext_check": result.isa_ext_check}), encoding="utf-8")
+    return result
+
+
 def execute(
     plan: BuildPlan,
     platform: Platform,
@@ -195,7 +242,7 @@ def _build(
     guarded = [lib for name, lib in built.variant_libraries.items() if name != baseline]
     reporter.stage("repair")
     if plan.repair:
-        repaired = platform.repair(outcome.wheel, staging / "repaired", plan, guarded, log_line)
+        repaired = repair_cached(plan, platform, outcome.wheel, staging / "repaired", guarded, log_line, reporter)
         wheel, policy, audited, isa_check = repaired.wheel, repaired.policy, repaired.audited, repaired.isa_ext_check
     else:
         wheel, policy, audited, isa_check = outcome.wheel, built.platforms[0], "not audited (--no-repair)", "not run"
