@@ -124,6 +124,32 @@ def test_rms_norm_empty_rows() -> None:
     assert cpukern.rms_norm(x, np.ones(64, np.float32)).shape == (0, 64)
 
 
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_nan_and_inf_stay_in_their_row(variant: str, dtype: str) -> None:
+    """A NaN / inf poisons its own row (NaN stays NaN through the bf16
+    rounding), never its neighbours."""
+    x = rand((4, 40), dtype, 20)
+    x[1, 3], x[2, 39] = np.nan, np.inf
+    w = rand((40,), dtype, 21)
+    got = f64(run_on(variant, lambda: cpukern.rms_norm(x, w)))
+    with np.errstate(invalid="ignore"):
+        want = np_rms_norm(x, w, 1e-6)  # inf row: x / inf = 0, inf / inf = NaN
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[1]).all() and np.isnan(got[2, 39])
+    finite = ~np.isnan(want)
+    assert_close(got[finite], want[finite], dtype, what="rms_norm")
+    gate = rand((2, 16), dtype, 22)
+    gate[0, 2], gate[1, 9] = np.nan, np.nan
+    out = f64(run_on(variant, lambda: cpukern.silu_and_mul(gate)))
+    assert np.isnan(out[0, 2]) and np.isnan(out[1, 1]) and np.isfinite(out).sum() == out.size - 2
+    r = rand((4, 40), dtype, 23)
+    x2 = rand((4, 40), dtype, 24)
+    x2[0, 0] = np.nan
+    run_on(variant, lambda: cpukern.fused_add_rms_norm(x2, r, w))
+    assert np.isnan(f64(r[0, 0])) and np.isfinite(f64(r[1:])).all() and np.isnan(f64(x2[0])).all()
+
+
 # ---------------------------------------------------------------- fused_add_rms_norm
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("dtype", list(DTYPES))

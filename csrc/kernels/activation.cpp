@@ -20,10 +20,10 @@ void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
     for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
         VF a0 = load(a + i), a1 = load(a + i + kLanes);
         VF b0 = load(b + i), b1 = load(b + i + kLanes);
-        store(out + i, silu_mul(a0, b0));
-        store(out + i + kLanes, silu_mul(a1, b1));
+        store_fast(out + i, silu_mul(a0, b0));
+        store_fast(out + i + kLanes, silu_mul(a1, b1));
     }
-    for (; i + kLanes <= n; i += kLanes) store(out + i, silu_mul(load(a + i), load(b + i)));
+    for (; i + kLanes <= n; i += kLanes) store_fast(out + i, silu_mul(load(a + i), load(b + i)));
     if (i < n) {
         int m = static_cast<int>(n - i);
         store_partial(out + i, silu_mul(load_partial(a + i, m), load_partial(b + i, m)), m);

@@ -7,6 +7,7 @@
 #include "cpukern/simd.h"
 
 #include <type_traits>
+#include <vector>
 
 namespace cpukern {
 namespace {
@@ -45,20 +46,38 @@ float sum_squares(const T* x, int64_t hidden) {
     return reduce_add((acc0 + acc1) + (acc2 + acc3));
 }
 
-// out = x * inv * w, rounded once to T.
-template <class T>
-void scale_row(T* out, const T* x, const T* w, int64_t hidden, float inv) {
+// out = x * inv * w, rounded once to T. W: T, or float (pre-widened weights).
+template <class T, class W>
+void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv) {
     VF s = splat(inv);
     int64_t i = 0;
     for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
         VF a = load(x + i) * s, b = load(x + i + kLanes) * s;
-        store(out + i, a * load(w + i));
-        store(out + i + kLanes, b * load(w + i + kLanes));
+        store_fast(out + i, a * load(w + i));
+        store_fast(out + i + kLanes, b * load(w + i + kLanes));
     }
-    for (; i + kLanes <= hidden; i += kLanes) store(out + i, load(x + i) * s * load(w + i));
+    for (; i + kLanes <= hidden; i += kLanes) store_fast(out + i, load(x + i) * s * load(w + i));
     if (i < hidden) {
         int n = static_cast<int>(hidden - i);
         store_partial(out + i, load_partial(x + i, n) * s * load_partial(w + i, n), n);
+    }
+}
+
+// Weights widened to float once per chunk of rows (16-bit types), so the
+// per-row pass multiplies straight from L1 instead of converting again.
+template <class T, class F>
+void with_weights(const T* w, int64_t hidden, int64_t rows, F&& f) {
+    if constexpr (std::is_same_v<T, float>) {
+        f(w);
+    } else {
+        if (rows < 4) return f(w);
+        thread_local std::vector<float> wide;  // grow-only: no page faults per call
+        if (static_cast<int64_t>(wide.size()) < hidden + kLanes) wide.resize(hidden + kLanes);
+        float* wf = wide.data();
+        int64_t i = 0;
+        for (; i + kLanes <= hidden; i += kLanes) store(wf + i, load(w + i));
+        if (i < hidden) store_partial(wf + i, load_partial(w + i, static_cast<int>(hidden - i)), static_cast<int>(hidden - i));
+        f(static_cast<const float*>(wf));
     }
 }
 
@@ -70,10 +89,12 @@ template <class T>
 void rms_norm(T* out, const T* x, const T* w, int64_t rows, int64_t hidden, int64_t x_stride, int64_t out_stride,
               float eps) {
     parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-            const T* xr = x + r * x_stride;
-            scale_row(out + r * out_stride, xr, w, hidden, inv_rms(sum_squares(xr, hidden), hidden, eps));
-        }
+        with_weights(w, hidden, end - begin, [&](auto* wv) {
+            for (int64_t r = begin; r < end; ++r) {
+                const T* xr = x + r * x_stride;
+                scale_row(out + r * out_stride, xr, wv, hidden, inv_rms(sum_squares(xr, hidden), hidden, eps));
+            }
+        });
     });
 }
 
@@ -83,31 +104,33 @@ template <class T>
 void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hidden, int64_t x_stride,
                         int64_t res_stride, float eps) {
     parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-            T* xr = x + r * x_stride;
-            T* rr = residual + r * res_stride;
-            VF acc0 = splat(0.f), acc1 = splat(0.f);
-            int64_t i = 0;
-            for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
-                store(rr + i, load(xr + i) + load(rr + i));
-                store(rr + i + kLanes, load(xr + i + kLanes) + load(rr + i + kLanes));
-                VF a = load(rr + i), b = load(rr + i + kLanes);
-                acc0 += a * a;
-                acc1 += b * b;
+        with_weights(w, hidden, end - begin, [&](auto* wv) {
+            for (int64_t r = begin; r < end; ++r) {
+                T* xr = x + r * x_stride;
+                T* rr = residual + r * res_stride;
+                VF acc0 = splat(0.f), acc1 = splat(0.f);
+                int64_t i = 0;
+                for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
+                    store_fast(rr + i, load(xr + i) + load(rr + i));
+                    store_fast(rr + i + kLanes, load(xr + i + kLanes) + load(rr + i + kLanes));
+                    VF a = load(rr + i), b = load(rr + i + kLanes);  // the rounded residual, from L1
+                    acc0 += a * a;
+                    acc1 += b * b;
+                }
+                for (; i + kLanes <= hidden; i += kLanes) {
+                    store_fast(rr + i, load(xr + i) + load(rr + i));
+                    VF a = load(rr + i);
+                    acc0 += a * a;
+                }
+                if (i < hidden) {
+                    int n = static_cast<int>(hidden - i);
+                    store_partial(rr + i, load_partial(xr + i, n) + load_partial(rr + i, n), n);
+                    VF a = load_partial(rr + i, n);
+                    acc1 += a * a;
+                }
+                scale_row(xr, rr, wv, hidden, inv_rms(reduce_add(acc0 + acc1), hidden, eps));
             }
-            for (; i + kLanes <= hidden; i += kLanes) {
-                store(rr + i, load(xr + i) + load(rr + i));
-                VF a = load(rr + i);
-                acc0 += a * a;
-            }
-            if (i < hidden) {
-                int n = static_cast<int>(hidden - i);
-                store_partial(rr + i, load_partial(xr + i, n) + load_partial(rr + i, n), n);
-                VF a = load_partial(rr + i, n);
-                acc1 += a * a;
-            }
-            scale_row(xr, rr, w, hidden, inv_rms(reduce_add(acc0 + acc1), hidden, eps));
-        }
+        });
     });
 }
 

@@ -16,6 +16,7 @@ NUMPY = "numpy"
 TORCH = "torch"
 
 _torch_dtype_names: dict[Any, str] = {}
+_numpy_dtype_names: dict[Any, str] = {}
 _torch_strided: list[Any] = []
 
 
@@ -102,13 +103,11 @@ def _wrap_numpy(a: Any, name: str) -> Array:
 
 
 def _numpy_dtype_name(dt: Any) -> str:
-    # dtype.name is slow (a Python property); kind + itemsize are cheap
-    kind, size = dt.kind, dt.itemsize
-    if kind == "f":
-        return {4: "float32", 2: "float16", 8: "float64"}.get(size, str(dt))
-    if kind == "i":
-        return {8: "int64", 4: "int32"}.get(size, str(dt))
-    return str(dt.name)  # ml_dtypes' bfloat16 has kind 'V'
+    # dtype.name is a slow Python property: remember it per dtype
+    name = _numpy_dtype_names.get(dt)
+    if name is None:
+        name = _numpy_dtype_names[dt] = str(dt.name)
+    return name
 
 
 def _wrap_torch(t: Any, name: str) -> Array:

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__AVX__) || defined(__F16C__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 #if defined(__ARM_NEON)
 #include <arm_neon.h>
@@ -43,8 +45,20 @@ typedef uint16_t VH __attribute__((vector_size(kBytes / 2)));
 
 inline VF splat(float x) { return VF{} + x; }
 inline VF select(VI mask, VF a, VF b) { return (VF)((mask & (VI)a) | (~mask & (VI)b)); }
+// vmax / vmin return b when a lane of a is NaN (x86 maxps / minps semantics).
+#if defined(__AVX512F__)
+inline VF vmax(VF a, VF b) { return (VF)_mm512_max_ps((__m512)a, (__m512)b); }
+inline VF vmin(VF a, VF b) { return (VF)_mm512_min_ps((__m512)a, (__m512)b); }
+#elif defined(__AVX__)
+inline VF vmax(VF a, VF b) { return (VF)_mm256_max_ps((__m256)a, (__m256)b); }
+inline VF vmin(VF a, VF b) { return (VF)_mm256_min_ps((__m256)a, (__m256)b); }
+#elif defined(__SSE2__)
+inline VF vmax(VF a, VF b) { return (VF)_mm_max_ps((__m128)a, (__m128)b); }
+inline VF vmin(VF a, VF b) { return (VF)_mm_min_ps((__m128)a, (__m128)b); }
+#else
 inline VF vmax(VF a, VF b) { return select(a > b, a, b); }
 inline VF vmin(VF a, VF b) { return select(a < b, a, b); }
+#endif
 
 inline float reduce_add(VF v) {
     // pairwise halving keeps the rounding close to a tree sum
@@ -137,6 +151,18 @@ inline VF load(const bf16_t* p) {
     return (VF)(__builtin_convertvector(h, VU) << 16);
 #endif
 }
+// Stores lanes that already hold bf16 bit patterns (each < 2^16).
+inline void store_bf16_bits(bf16_t* p, VU bits) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    // one unsigned saturating pack of the two halves
+    __m256i w = (__m256i)bits;
+    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+#else
+    VH h = __builtin_convertvector(bits, VH);
+#endif
+    std::memcpy(p, &h, sizeof h);
+}
+
 inline void store(bf16_t* p, VF v) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
     __m256bh h = _mm512_cvtneps_pbh((__m512)v);  // vcvtneps2bf16: RNE, quiets NaN
@@ -148,17 +174,24 @@ inline void store(bf16_t* p, VF v) {
     VU u = (VU)v;
     VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     VI nan = v != v;
-    VU out = (VU)((nan & (VI)((u >> 16) | 0x40u)) | (~nan & (VI)rounded));
-#if defined(__AVX2__) && !defined(__AVX512F__)
-    // every lane is < 2^16: one unsigned saturating pack of the two halves
-    __m256i w = (__m256i)out;
-    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-#else
-    VH h = __builtin_convertvector(out, VH);
-#endif
-    std::memcpy(p, &h, sizeof h);
+    store_bf16_bits(p, (VU)((nan & (VI)((u >> 16) | 0x40u)) | (~nan & (VI)rounded)));
 #endif
 }
+
+// store() without the NaN fix-up, for kernels whose values are computed from
+// bfloat16 data: the integer rounding bias is exact RNE for every finite value
+// and infinity, and keeps a NaN a NaN when its low 16 bits are zero - true of
+// every NaN such a kernel can make (NaN payloads propagate from bf16 inputs;
+// the default NaN has them zero). Not for float32 data converted to bf16.
+inline void store_fast(bf16_t* p, VF v) {
+#if (defined(__AVX512BF16__) && defined(__AVX512F__)) || defined(CPUKERN_NEON_BF16)
+    store(p, v);
+#else
+    VU u = (VU)v;
+    store_bf16_bits(p, (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+}
+inline void store_fast(float* p, VF v) { store(p, v); }
 
 #if defined(CPUKERN_FLOAT16_ACLE)
 static_assert(kBytes == 16, "NEON float16 path expects 4 float lanes");
@@ -198,6 +231,10 @@ inline void store(f16_t* p, VF v) {
     VF16 h = __builtin_convertvector(v, VF16);
     std::memcpy(p, &h, sizeof h);
 }
+#endif
+
+#if CPUKERN_HAVE_FLOAT16
+inline void store_fast(f16_t* p, VF v) { store(p, v); }
 #endif
 
 // Swaps neighbouring lanes (0<->1, 2<->3, ...): interleaved pairs such as
