@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -87,7 +88,10 @@ def _older(version: str | None, minimum: str) -> bool:
 
 
 def check_all(reqs: Iterable[Requirement]) -> list[ToolStatus]:
-    return [check(r) for r in reqs]
+    """Checks in parallel (each is a short subprocess), results in the given order."""
+    todo = list(reqs)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(todo)))) as pool:
+        return list(pool.map(check, todo))
 
 
 def missing_message(statuses: Sequence[ToolStatus]) -> tuple[str, str]:

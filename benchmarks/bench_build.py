@@ -1,0 +1,94 @@
+"""Wall times of `cpubuild wheel`, measured side by side in one run.
+
+* clean all-variant build (fresh build directory, ccache disabled)
+* clean single-variant build (one optional variant; the baseline is always in)
+* clean baseline-only build (for reference)
+* rebuild of the all-variant wheel with nothing changed
+
+and the ratios against their targets: all-variant <= 2x single-variant,
+no-change rebuild <= 20% of a clean build. The version and SOURCE_DATE_EPOCH
+are pinned once, so every build names its wheel the same way.
+
+    python benchmarks/bench_build.py [--project DIR] [--single NAME] [--jobs N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+from cpubuild.matrix import load_matrix  # noqa: E402
+from cpubuild.platforms import Host  # noqa: E402
+from cpubuild.wheelbuild.version import source_version  # noqa: E402
+
+
+def build(project: Path, root: Path, out: Path, env: dict[str, str], *args: str) -> tuple[float, dict[str, Any]]:
+    cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())",
+           "wheel", "--json", "-q", "--project", str(project), "--build-root", str(root), "--out", str(out), *args]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "tools"), **env})
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.exit(f"build failed ({' '.join(args) or 'all'}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return seconds, json.loads(proc.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--project", type=Path, default=REPO)
+    parser.add_argument("--single", help="the single variant (default: the host arch's first optional variant)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--keep", type=Path, help="build here and keep it (default: a temporary directory)")
+    args = parser.parse_args()
+
+    project = args.project.resolve()
+    matrix = load_matrix(project / "isa_matrix.toml")
+    arch = Host.current().arch
+    single = args.single or next(v.name for v in matrix.variants_for(arch) if not v.is_baseline)
+    pinned = source_version(project, project / "python/cpukern/_version.py", os.environ)
+    env = {"CPUBUILD_VERSION": pinned.text, "SOURCE_DATE_EPOCH": str(pinned.source_date_epoch)}
+    cold = {**env, "CCACHE_DISABLE": "1"}
+    work = args.keep or Path(tempfile.mkdtemp(prefix="bench-build-"))
+    work.mkdir(parents=True, exist_ok=True)
+    common = ("--jobs", str(args.jobs))
+    print(f"project {project} ({arch}, {args.jobs} jobs, version pinned to {pinned.text}); work dir {work}")
+
+    rows: list[tuple[str, float, dict[str, Any]]] = []
+    t_all, s_all = build(project, work / "all", work / "out-all", cold, *common)
+    rows.append(("clean all-variant", t_all, s_all))
+    t_single, s_single = build(project, work / "single", work / "out-single", cold, "--isa", single, *common)
+    rows.append((f"clean single-variant (--isa {single})", t_single, s_single))
+    t_base, s_base = build(project, work / "baseline", work / "out-baseline", cold, "--isa", "baseline", *common)
+    rows.append(("clean baseline-only", t_base, s_base))
+    t_again, s_again = build(project, work / "all", work / "out-again", env, *common)
+    rows.append(("all-variant rebuild, nothing changed", t_again, s_again))
+    identical = Path(s_all["wheel"]["path"]).read_bytes() == Path(s_again["wheel"]["path"]).read_bytes()
+
+    print(f"\n{'build':<44} {'wall s':>8}  variants  stages (s)")
+    for name, seconds, summary in rows:
+        stages = " ".join(f"{k}={v:.1f}" for k, v in summary["stages"].items())
+        print(f"{name:<44} {seconds:8.1f}  {len(summary['wheel']['variants']):>8}  {stages}")
+    ratio_all = t_all / t_single
+    ratio_rebuild = t_again / t_all
+    print(f"\nall-variant / single-variant  = {ratio_all:.2f}   (target <= 2.00: {'met' if ratio_all <= 2 else 'NOT met'})")
+    print(f"all-variant / baseline-only   = {t_all / t_base:.2f}")
+    print(f"no-change rebuild / clean     = {ratio_rebuild:.2f}   (target <= 0.20: {'met' if ratio_rebuild <= 0.2 else 'NOT met'})")
+    print(f"rebuild byte-identical to the clean build: {identical}")
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
