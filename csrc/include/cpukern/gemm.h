@@ -1,0 +1,321 @@
+// GEMM building blocks shared by every variant: the packed-B layout, packing,
+// cache blocking, threading and epilogues. Only the micro-kernel (a few dozen
+// lines per ISA, in gemm_generic.h / gemm_x86.h / gemm_arm.h) differs between
+// variants, so the paths that run on the build host exercise all of this.
+//
+// Packed B: N is cut into panels of `nr` columns (the last one zero-padded);
+// inside a panel K runs in groups of `kg` consecutive k values, K zero-padded
+// to a multiple of `kpad`:   panel[g][col][kg]   (elements of 1 or 2 bytes).
+// A group of one column is one SIMD lane of the micro-kernel (a bf16 pair for
+// vdpbf16ps / AMX / the widening FMA path, an int8 quad for vpdpbusd / sdot /
+// AMX, a 2x4 / 2x8 block row for bfmmla / smmla). Lanes of 4 bytes hold their
+// elements as a native integer (element i at bits [i*w, (i+1)*w)), so the
+// generic path is right on big-endian s390x too; wider lanes are in memory
+// order (they only exist on little-endian aarch64).
+// int8 layouts may append per-column sums of B (int32) after the panels: the
+// vpdpbusd path multiplies (a + 128) as unsigned and subtracts 128 * colsum.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "cpukern/parallel.h"
+#include "cpukern/simd.h"
+
+namespace cpukern {
+namespace gemm {
+
+constexpr int32_t kKindBf16 = 0;
+constexpr int32_t kKindInt8 = 1;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+struct Layout {
+    int32_t kind;   // kKindBf16 / kKindInt8
+    int32_t nr;     // columns per panel
+    int32_t kg;     // k values per lane group
+    int32_t kpad;   // K is padded to a multiple of this
+    int32_t elem;   // bytes per element (2 bf16, 1 int8)
+    bool colsum;    // int32 column sums of B appended
+
+    int64_t k_padded(int64_t K) const { return round_up(K > 0 ? K : 0, kpad); }
+    int64_t panels(int64_t N) const { return ceil_div(N, nr); }
+    int64_t panel_bytes(int64_t K) const { return k_padded(K) * nr * elem; }
+    int64_t colsum_offset(int64_t K, int64_t N) const { return panels(N) * panel_bytes(K); }
+    int64_t bytes(int64_t K, int64_t N) const {
+        return colsum_offset(K, N) + (colsum ? panels(N) * nr * int64_t(sizeof(int32_t)) : 0);
+    }
+};
+
+// Position of element i of a kg-group inside its lane (see the header comment).
+inline int lane_slot(const Layout& L, int i) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    if (L.kg * L.elem == 4) return L.kg - 1 - i;
+#endif
+    (void)L;
+    return i;
+}
+
+// b[k * sk + n * sn] for any strides (a transposed weight packs as well).
+template <class T>
+void pack_b(const T* b, int64_t K, int64_t N, int64_t sk, int64_t sn, const Layout& L, uint8_t* dst) {
+    const int64_t Kp = L.k_padded(K), panel_bytes = L.panel_bytes(K);
+    const int64_t groups = Kp / L.kg;
+    int32_t* colsum = L.colsum ? reinterpret_cast<int32_t*>(dst + L.colsum_offset(K, N)) : nullptr;
+    parallel_for(L.panels(N), 4, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p) {
+            T* panel = reinterpret_cast<T*>(dst + p * panel_bytes);
+            const int64_t n0 = p * L.nr;
+            for (int64_t g = 0; g < groups; ++g) {
+                for (int i = 0; i < L.kg; ++i) {
+                    const int64_t k = g * L.kg + i;
+                    T* row = panel + g * L.nr * L.kg + lane_slot(L, i);
+                    for (int j = 0; j < L.nr; ++j) {
+                        const int64_t n = n0 + j;
+                        row[j * L.kg] = (k < K && n < N) ? b[k * sk + n * sn] : T{};
+                    }
+                }
+            }
+            if (colsum) {
+                for (int j = 0; j < L.nr; ++j) {
+                    int32_t s = 0;
+                    const int64_t n = n0 + j;
+                    if (n < N)
+                        for (int64_t k = 0; k < K; ++k) s += static_cast<int32_t>(b[k * sk + n * sn]);
+                    colsum[n0 + j] = s;
+                }
+            }
+        }
+    });
+}
+
+// Per-thread growable buffer: kept between calls, so steady-state calls do
+// not allocate (page faults are very expensive on small VMs).
+class Scratch {
+  public:
+    ~Scratch() { std::free(ptr_); }
+    void* get(size_t bytes) {
+        if (bytes > cap_) {
+            std::free(ptr_);
+            ptr_ = nullptr;
+            cap_ = 0;
+            size_t want = (bytes + 4095) & ~size_t(4095);
+            if (posix_memalign(&ptr_, 64, want) != 0) return nullptr;
+            cap_ = want;
+        }
+        return ptr_;
+    }
+
+  private:
+    void* ptr_ = nullptr;
+    size_t cap_ = 0;
+};
+
+inline Scratch& a_scratch() {
+    static thread_local Scratch s;
+    return s;
+}
+inline Scratch& c_scratch() {
+    static thread_local Scratch s;
+    return s;
+}
+inline Scratch& b_scratch() {
+    static thread_local Scratch s;
+    return s;
+}
+
+// Kernels with a `BPrep` type convert each B panel slice once per block
+// (prep_b) and run their micro-kernel on the converted panel.
+template <class Kn, class = void>
+struct PrepB : std::false_type {};
+template <class Kn>
+struct PrepB<Kn, std::void_t<typename Kn::BPrep>> : std::true_type {};
+
+// Micro-kernel dispatch on the number of live rows (compile-time in the kernel).
+template <class Kn, int... R>
+constexpr auto micro_table(std::integer_sequence<int, R...>) {
+    using Fn = void (*)(const typename Kn::APack*, const uint8_t*, int64_t, typename Kn::Acc*, int64_t, bool);
+    return std::array<Fn, sizeof...(R)>{{&Kn::template micro<R + 1>...}};
+}
+
+// Blocking: an item is an MC x NC block of C, computed in a per-thread scratch
+// tile over K in steps of KC (B micro-panels stay in L1 across the rows of the
+// block, the A block and the B block in L2). With a single row panel (GEMV and
+// small M) K is not blocked: each B panel streams once, straight through.
+struct Blocking {
+    int64_t mc, nc, kc;
+};
+
+template <class Kn>
+Blocking choose_blocking(int64_t M, int64_t N, int64_t Kp, int threads) {
+    Blocking bl{};
+    const int64_t mb = ceil_div(M, Kn::kMcTarget);
+    bl.mc = round_up(ceil_div(M, mb), Kn::MR);
+    const bool stream = M <= Kn::MR && !PrepB<Kn>::value;
+    bl.kc = stream ? Kp : (Kp < Kn::kKcTarget ? Kp : Kn::kKcTarget);
+    if (bl.kc <= 0) bl.kc = Kn::kAkg;
+    // enough column blocks to keep every thread busy (4 items each), but no
+    // narrower than one panel and no wider than the L2 target
+    const int64_t items_wanted = int64_t(threads) * 4;
+    int64_t nc = round_up(ceil_div(N, ceil_div(items_wanted, mb)), Kn::NR);
+    if (nc > Kn::kNcTarget) nc = Kn::kNcTarget;
+    if (nc < Kn::NR) nc = Kn::NR;
+    bl.nc = nc;
+    return bl;
+}
+
+// C = A (M x K, row stride lda) x packed B, handed block by block to `epi`
+// as the kernel's accumulator type. Returns false when scratch memory ran out.
+template <class Kn, class Epi>
+bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K, const uint8_t* packed,
+         const Layout& L, const Epi& epi) {
+    using APack = typename Kn::APack;
+    using Acc = typename Kn::Acc;
+    constexpr int MR = Kn::MR, NR = Kn::NR;
+    static_assert(Kn::kAkg % Kn::KG == 0, "A groups must hold whole B groups");
+    if (M <= 0 || N <= 0) return true;
+    const int64_t Kp = L.k_padded(K);
+    const int64_t agroups = Kp / Kn::kAkg;
+    const int64_t apanel = agroups * MR * Kn::APER;  // APack elements per row panel
+    const int64_t mpanels = ceil_div(M, MR);
+    APack* ap = static_cast<APack*>(a_scratch().get(size_t(mpanels * apanel + 1) * sizeof(APack)));
+    if (!ap) return false;
+
+    // 1. pack A (row panels, zero-padded rows and k); a thread wakes up for
+    // no less than ~64K elements
+    parallel_for(mpanels, ceil_div(int64_t(1) << 16, MR * (Kp > 0 ? Kp : 1)), [&](int64_t p0, int64_t p1) {
+        typename Kn::AIn tmp[Kn::kAkg];
+        for (int64_t p = p0; p < p1; ++p) {
+            APack* dst = ap + p * apanel;
+            for (int64_t g = 0; g < agroups; ++g) {
+                for (int r = 0; r < MR; ++r) {
+                    const int64_t m = p * MR + r, k0 = g * Kn::kAkg;
+                    const typename Kn::AIn* src = a + m * lda + k0;
+                    if (m >= M || k0 + Kn::kAkg > K) {
+                        std::memset(tmp, 0, sizeof tmp);
+                        if (m < M && k0 < K) std::memcpy(tmp, src, sizeof(tmp[0]) * size_t(K - k0));
+                        src = tmp;
+                    }
+                    Kn::pack_a(src, dst + (g * MR + r) * Kn::APER);
+                }
+            }
+        }
+    });
+
+    // 2. blocks of C
+    const Blocking bl = choose_blocking<Kn>(M, N, Kp, num_threads());
+    const int64_t mblocks = ceil_div(M, bl.mc), nblocks = ceil_div(N, bl.nc);
+    const int64_t panel_bytes = L.panel_bytes(K);
+    static constexpr auto table = micro_table<Kn>(std::make_integer_sequence<int, MR>{});
+    // a thread wakes up for no less than ~4 MFLOP (waking one costs tens of
+    // microseconds, far more on a loaded machine)
+    const int64_t item_flops = 2 * bl.mc * bl.nc * (Kp > 0 ? Kp : 1);
+    const int64_t grain = ceil_div(int64_t(4) << 20, item_flops);
+    bool ok = true;
+    parallel_for(mblocks * nblocks, grain, [&](int64_t i0, int64_t i1) {
+        Acc* c = static_cast<Acc*>(c_scratch().get(size_t(bl.mc * bl.nc) * sizeof(Acc)));
+        if (!c) {
+            ok = false;
+            return;
+        }
+        uint8_t* prep = nullptr;
+        if constexpr (PrepB<Kn>::value) {
+            prep = static_cast<uint8_t*>(b_scratch().get(size_t(bl.kc * NR) * sizeof(typename Kn::BPrep)));
+            if (!prep) {
+                ok = false;
+                return;
+            }
+        }
+        Kn::begin();
+        for (int64_t item = i0; item < i1; ++item) {
+            const int64_t nb = item / mblocks, mblk = item % mblocks;
+            const int64_t m0 = mblk * bl.mc, n0 = nb * bl.nc;
+            const int64_t rows = M - m0 < bl.mc ? M - m0 : bl.mc;
+            const int64_t cols = N - n0 < bl.nc ? N - n0 : bl.nc;
+            const int64_t npanels = ceil_div(cols, NR), rpanels = ceil_div(rows, MR);
+            for (int64_t k0 = 0; k0 < Kp || k0 == 0; k0 += bl.kc) {
+                const int64_t kk = Kp - k0 < bl.kc ? Kp - k0 : bl.kc;
+                const uint8_t* bblock = packed + (n0 / NR) * panel_bytes + (k0 / Kn::KG) * NR * Kn::KG * L.elem;
+                const APack* ablock = ap + (m0 / MR) * apanel + (k0 / Kn::kAkg) * MR * Kn::APER;
+                for (int64_t jr = 0; jr < npanels; ++jr) {
+                    const uint8_t* bp = bblock + jr * panel_bytes;
+                    if constexpr (PrepB<Kn>::value) {
+                        Kn::prep_b(bp, kk, reinterpret_cast<typename Kn::BPrep*>(prep));
+                        bp = prep;
+                    }
+                    for (int64_t ir = 0; ir < rpanels; ++ir) {
+                        const int64_t live = rows - ir * MR < MR ? rows - ir * MR : MR;
+                        table[live - 1](ablock + ir * apanel, bp, kk, c + ir * MR * bl.nc + jr * NR, bl.nc, k0 > 0);
+                    }
+                }
+                if (Kp == 0) break;
+            }
+            epi(c, bl.nc, m0, rows, n0, cols);
+        }
+        Kn::end();
+    });
+    return ok;
+}
+
+// ------------------------------------------------------------- epilogues
+using simd::kLanes;
+using simd::VF;
+
+template <class T>
+inline void store_row(T* out, const float* c, int64_t cols) {
+    int64_t j = 0;
+    for (; j + kLanes <= cols; j += kLanes) simd::store(out + j, simd::load(c + j));
+    if (j < cols) simd::store_partial(out + j, simd::load(c + j), int(cols - j));
+}
+
+// float accumulators (bf16 GEMM) -> float32 or bfloat16 output
+struct EpiFloat {
+    void* out;
+    int64_t ldo;
+    bool bf16_out;
+    void operator()(const float* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0, int64_t cols) const {
+        for (int64_t r = 0; r < rows; ++r) {
+            const float* cr = c + r * ldc;
+            if (bf16_out)
+                store_row(static_cast<bf16_t*>(out) + (m0 + r) * ldo + n0, cr, cols);
+            else
+                store_row(static_cast<float*>(out) + (m0 + r) * ldo + n0, cr, cols);
+        }
+    }
+};
+
+// int32 accumulators (w8a8 GEMM): (acc - 128 * colsum) * a_scale[m] * b_scale[n]
+struct EpiScaled {
+    void* out;
+    int64_t ldo;
+    bool bf16_out;
+    const float* a_scale;
+    const float* b_scale;
+    const int32_t* colsum;  // only for kernels that offset A by +128
+    void operator()(const int32_t* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0, int64_t cols) const {
+        float row[1024];
+        for (int64_t r = 0; r < rows; ++r) {
+            const int32_t* cr = c + r * ldc;
+            const float as = a_scale[m0 + r];
+            for (int64_t j0 = 0; j0 < cols; j0 += 1024) {
+                const int64_t w = cols - j0 < 1024 ? cols - j0 : 1024;
+                for (int64_t j = 0; j < w; ++j) {
+                    int32_t v = cr[j0 + j];
+                    if (colsum) v -= 128 * colsum[n0 + j0 + j];
+                    row[j] = float(v) * as * b_scale[n0 + j0 + j];
+                }
+                if (bf16_out)
+                    store_row(static_cast<bf16_t*>(out) + (m0 + r) * ldo + n0 + j0, row, w);
+                else
+                    std::memcpy(static_cast<float*>(out) + (m0 + r) * ldo + n0 + j0, row, size_t(w) * 4);
+            }
+        }
+    }
+};
+
+}  // namespace gemm
+}  // namespace cpukern

@@ -1,0 +1,244 @@
+// Micro-kernels written once with GCC/Clang vector extensions; their width
+// follows the variant (SSE2 / AVX2 / AVX-512 / NEON / z vector facility):
+//  - bf16: packed B lanes hold bf16 pairs; widening is a shift (even k) and a
+//    mask (odd k), then two FMAs per row with A pre-converted to float.
+//  - int8: packed B lanes hold int8 quads; each 16-bit half is split into
+//    its sign-extended even and odd byte, and pmaddwd-style multiply-adds of
+//    16-bit pairs accumulate in int32: exact, no saturation (the vpmaddubsw
+//    trick saturates at 2 * 255 * 128).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "cpukern/gemm.h"
+#include "cpukern/simd.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace cpukern {
+namespace gemm {
+
+using simd::kBytes;
+using simd::VI;
+using simd::VU;
+
+#if defined(__AVX512F__) || defined(__aarch64__) || (defined(__s390x__) && defined(__VEC__))
+constexpr int kVecRegs = 32;
+#else
+constexpr int kVecRegs = 16;
+#endif
+
+typedef int16_t VS __attribute__((vector_size(kBytes)));
+typedef uint16_t VUS __attribute__((vector_size(kBytes)));
+
+// Sum of the products of the two 16-bit halves of each 32-bit lane.
+inline VI madd16(VS a, VS b) {
+#if defined(__AVX512BW__) && defined(__AVX512F__)
+    return (VI)_mm512_madd_epi16((__m512i)a, (__m512i)b);
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+    return (VI)_mm256_madd_epi16((__m256i)a, (__m256i)b);
+#elif defined(__SSE2__) && !defined(__AVX__)
+    return (VI)_mm_madd_epi16((__m128i)a, (__m128i)b);
+#else
+    VI ai = (VI)a, bi = (VI)b;
+    return ((ai << 16) >> 16) * ((bi << 16) >> 16) + (ai >> 16) * (bi >> 16);
+#endif
+}
+
+template <class V>
+inline V load_vec(const void* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+template <class V>
+inline void store_vec(void* p, V v) {  // by value: the accumulators stay in registers
+    std::memcpy(p, &v, sizeof v);
+}
+// One 32-bit value broadcast to every lane, as an integer splat: a float
+// splat (simd::splat) adds +0.0f, and a lane-by-lane loop gets SLP-vectorised
+// into shuffles; this compiles to vpbroadcastd / ld1r / vlrepf from memory.
+inline VI bcast(const uint32_t* p) { return VI{} + int32_t(*p); }
+inline simd::VF bcast(const float* p) {
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return (simd::VF)(VU{} + u);
+}
+
+// Few rows (GEMV): widen B in the micro-kernel, each B panel is used once.
+struct GenericBf16 {
+    using AIn = bf16_t;
+    using APack = float;
+    using Acc = float;
+    static constexpr int V = 2;  // vectors per row of the tile
+    static constexpr int NR = V * simd::kLanes;
+    static constexpr int MR = kVecRegs == 32 ? 8 : 4;  // 4 x 2 accumulators + B + mask fit 16 registers
+    static constexpr int KG = 2, kAkg = 2, APER = 2;
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 256;
+    static constexpr bool kOffsetA = false;
+    static constexpr const char* kName = "widen+fma";
+
+    static void begin() {}
+    static void end() {}
+    static void pack_a(const bf16_t* s, float* d) {
+        d[0] = simd::to_float(s[0]);
+        d[1] = simd::to_float(s[1]);
+    }
+
+    template <int R>
+    static void micro(const float* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c) {
+        simd::VF acc[R][V];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) acc[r][v] = load_c ? simd::load(c + r * ldc + v * simd::kLanes) : simd::VF{};
+        const int64_t groups = kk / KG;
+        for (int64_t g = 0; g < groups; ++g) {
+            const uint8_t* bg = b + g * NR * 4;
+            const float* ag = a + g * MR * 2;
+            simd::VF e[V];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) e[v] = (simd::VF)(load_vec<VU>(bg + v * kBytes) << 16);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const simd::VF ae = bcast(ag + 2 * r);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; ++v) acc[r][v] = acc[r][v] + ae * e[v];
+            }
+            simd::VF o[V];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) o[v] = (simd::VF)(load_vec<VU>(bg + v * kBytes) & 0xffff0000u);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const simd::VF ao = bcast(ag + 2 * r + 1);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; ++v) acc[r][v] = acc[r][v] + ao * o[v];
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+    }
+};
+
+// Many rows: each B panel slice (kc x NR) is widened once into an L1-resident
+// float panel and reused by every row panel of the block; the micro-kernel is
+// then a plain float FMA kernel (broadcast A, two B vectors per k).
+struct GenericBf16Wide {
+    using AIn = bf16_t;
+    using APack = float;
+    using Acc = float;
+    static constexpr int V = 2;
+    static constexpr int NR = V * simd::kLanes;
+    static constexpr int MR = kVecRegs == 32 ? 8 : 6;  // 6 x 2 accumulators + 2 B + 1 A = 15 registers
+    static constexpr int KG = 2, kAkg = 2, APER = 2;
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 128, kKcTarget = 256;
+    static constexpr bool kOffsetA = false;
+    static constexpr const char* kName = "widened panel+fma";
+    using BPrep = float;  // [kk][NR]
+
+    static void begin() {}
+    static void end() {}
+    static void pack_a(const bf16_t* s, float* d) { GenericBf16::pack_a(s, d); }
+
+    static void prep_b(const uint8_t* b, int64_t kk, float* dst) {
+        for (int64_t g = 0; g < kk / KG; ++g) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) {
+                const VU x = load_vec<VU>(b + g * NR * 4 + v * kBytes);
+                store_vec(dst + (2 * g) * NR + v * simd::kLanes, x << 16);
+                store_vec(dst + (2 * g + 1) * NR + v * simd::kLanes, x & 0xffff0000u);
+            }
+        }
+    }
+
+    template <int R>
+    static void micro(const float* a, const uint8_t* bp, int64_t kk, float* c, int64_t ldc, bool load_c) {
+        const float* b = reinterpret_cast<const float*>(bp);
+        simd::VF acc[R][V];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) acc[r][v] = load_c ? simd::load(c + r * ldc + v * simd::kLanes) : simd::VF{};
+        for (int64_t g = 0; g < kk / KG; ++g) {
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                const float* ak = a + g * MR * 2 + half;
+                const float* bk = b + (2 * g + half) * NR;
+                simd::VF bv[V];
+#pragma GCC unroll 4
+                for (int v = 0; v < V; ++v) bv[v] = simd::load(bk + v * simd::kLanes);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) {
+                    const simd::VF x = bcast(ak + 2 * r);
+#pragma GCC unroll 4
+                    for (int v = 0; v < V; ++v) acc[r][v] = acc[r][v] + x * bv[v];
+                }
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+    }
+};
+
+struct GenericInt8 {
+    using AIn = int8_t;
+    using APack = uint32_t;  // per row and quad: (a0 | a2 << 16), (a1 | a3 << 16) as int16 halves
+    using Acc = int32_t;
+    static constexpr int V = 2;
+    static constexpr int NR = V * simd::kLanes;
+    static constexpr int MR = kVecRegs == 32 ? 8 : 4;
+    static constexpr int KG = 4, kAkg = 4, APER = 2;
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 512;
+    static constexpr bool kOffsetA = false;
+    static constexpr const char* kName = "int16 madd";
+
+    static void begin() {}
+    static void end() {}
+    static uint32_t halves(int8_t lo, int8_t hi) {
+        return uint32_t(uint16_t(int16_t(lo))) | uint32_t(uint16_t(int16_t(hi))) << 16;
+    }
+    static void pack_a(const int8_t* s, uint32_t* d) {
+        d[0] = halves(s[0], s[2]);
+        d[1] = halves(s[1], s[3]);
+    }
+
+    template <int R>
+    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+        VI acc[R][V];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
+        const int64_t groups = kk / KG;
+        for (int64_t g = 0; g < groups; ++g) {
+            const uint8_t* bg = b + g * NR * 4;
+            const uint32_t* ag = a + g * MR * 2;
+            VS e[V], o[V];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) {
+                const VS x = load_vec<VS>(bg + v * kBytes);
+                e[v] = (VS)((VUS)x << 8) >> 8;  // even bytes, sign-extended
+                o[v] = x >> 8;                   // odd bytes, sign-extended
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const VS ae = (VS)bcast(ag + 2 * r), ao = (VS)bcast(ag + 2 * r + 1);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; ++v) acc[r][v] += madd16(e[v], ae) + madd16(o[v], ao);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+    }
+};
+
+}  // namespace gemm
+}  // namespace cpukern

@@ -1,0 +1,218 @@
+// x86 micro-kernels for the AVX-512 BF16, VNNI and AMX variants. They consume
+// the shared packed-B layout (gemm.h) and run inside the shared blocking, so
+// only the inner loops below are specific to these ISAs.
+// NOTE: the build host of this project has no AVX-512 and no AMX: these
+// kernels are compiled on every x86 build but execute only on such CPUs.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "cpukern/gemm.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace cpukern {
+namespace gemm {
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+// vdpbf16ps: each fp32 lane accumulates a bf16 pair product of A (broadcast)
+// and B (one column per lane).
+struct Dpbf16 {
+    using AIn = bf16_t;
+    using APack = uint32_t;  // a[k] | a[k+1] << 16
+    using Acc = float;
+    static constexpr int MR = 8, NR = 32, KG = 2, kAkg = 2, APER = 1;
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 256;
+    static constexpr bool kOffsetA = false;
+    static constexpr const char* kName = "vdpbf16ps";
+
+    static void begin() {}
+    static void end() {}
+    static void pack_a(const bf16_t* s, uint32_t* d) { d[0] = uint32_t(s[0].bits) | uint32_t(s[1].bits) << 16; }
+
+    template <int R>
+    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c) {
+        __m512 acc[R][2];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+            acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+        }
+        const int64_t groups = kk / KG;
+        for (int64_t g = 0; g < groups; ++g) {
+            const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m512i ab = _mm512_set1_epi32(int32_t(a[g * MR + r]));
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)ab, (__m512bh)b0);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)ab, (__m512bh)b1);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+            _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+        }
+    }
+};
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+// vpdpbusd multiplies unsigned by signed bytes: A is offset by +128 (a ^ 0x80)
+// and the epilogue subtracts 128 * sum_k b[k][n] (exact in int32).
+struct Vnni {
+    using AIn = int8_t;
+    using APack = uint32_t;  // four (a + 128) bytes, k order
+    using Acc = int32_t;
+    static constexpr int MR = 8, NR = 32, KG = 4, kAkg = 4, APER = 1;
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 512;
+    static constexpr bool kOffsetA = true;
+    static constexpr const char* kName = "vpdpbusd";
+
+    static void begin() {}
+    static void end() {}
+    static void pack_a(const int8_t* s, uint32_t* d) {
+        uint8_t u[4];
+        for (int i = 0; i < 4; ++i) u[i] = uint8_t(s[i]) ^ 0x80u;
+        std::memcpy(d, u, 4);
+    }
+
+    template <int R>
+    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+        __m512i acc[R][2];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            acc[r][0] = load_c ? _mm512_loadu_si512(c + r * ldc) : _mm512_setzero_si512();
+            acc[r][1] = load_c ? _mm512_loadu_si512(c + r * ldc + 16) : _mm512_setzero_si512();
+        }
+        const int64_t groups = kk / KG;
+        for (int64_t g = 0; g < groups; ++g) {
+            const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const __m512i ab = _mm512_set1_epi32(int32_t(a[g * MR + r]));
+                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], ab, b0);
+                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], ab, b1);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            _mm512_storeu_si512(c + r * ldc, acc[r][0]);
+            _mm512_storeu_si512(c + r * ldc + 16, acc[r][1]);
+        }
+    }
+};
+#endif
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__)
+// AMX: a 32 x 32 block of C in four 16 x 16 tiles (tmm0-3), two A tiles
+// (tmm4-5: 16 rows x 64 bytes of k) and two B tiles (tmm6-7: 16 rows of k
+// pairs / quads x 16 columns), i.e. four tile products per two A and two B
+// loads. A panels are packed row-major per 64-byte k slice so an A tile is
+// 1 KiB contiguous; B tiles are read from the 32-column panel with a
+// 128-byte row stride. Rows beyond M are zero in the packed A and land in
+// the scratch tile's padding. Linux grants the tile state per process
+// (arch_prctl XTILEDATA, requested by the probe before `amx` is selected).
+struct TileConfig {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+inline void amx_begin() {
+    alignas(64) TileConfig cfg;
+    std::memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; ++t) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+template <class Self>
+struct AmxBase {
+    static constexpr int MR = 32, NR = 32;
+    static constexpr int64_t kMcTarget = 128, kNcTarget = 256;
+    static constexpr bool kOffsetA = false;
+    static void begin() { amx_begin(); }
+    static void end() { _tile_release(); }
+
+    template <int R, class APack, class Acc>
+    static void tiles(const APack* a, const uint8_t* b, int64_t kk, Acc* c, int64_t ldc, bool load_c) {
+        const int64_t stride = ldc * int64_t(sizeof(Acc));
+        if (load_c) {
+            _tile_loadd(0, c, stride);
+            _tile_loadd(1, c + 16, stride);
+            _tile_loadd(2, c + 16 * ldc, stride);
+            _tile_loadd(3, c + 16 * ldc + 16, stride);
+        } else {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        const int64_t steps = kk / Self::kAkg;
+        for (int64_t s = 0; s < steps; ++s) {
+            const uint8_t* as = reinterpret_cast<const uint8_t*>(a + s * MR * Self::APER);
+            const uint8_t* bs = b + s * (Self::kAkg / Self::KG) * 128;
+            _tile_loadd(4, as, 64);
+            _tile_loadd(5, as + 16 * 64, 64);
+            _tile_loadd(6, bs, 128);
+            _tile_loadd(7, bs + 64, 128);
+            Self::dot();
+        }
+        _tile_stored(0, c, stride);
+        _tile_stored(1, c + 16, stride);
+        _tile_stored(2, c + 16 * ldc, stride);
+        _tile_stored(3, c + 16 * ldc + 16, stride);
+    }
+};
+
+struct AmxBf16 : AmxBase<AmxBf16> {
+    using AIn = bf16_t;
+    using APack = bf16_t;
+    using Acc = float;
+    static constexpr int KG = 2, kAkg = 32, APER = 32;
+    static constexpr int64_t kKcTarget = 512;
+    static constexpr const char* kName = "amx-bf16";
+    static void pack_a(const bf16_t* s, bf16_t* d) { std::memcpy(d, s, 64); }
+    static void dot() {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    template <int R>
+    static void micro(const bf16_t* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c) {
+        tiles<R>(a, b, kk, c, ldc, load_c);
+    }
+};
+
+struct AmxInt8 : AmxBase<AmxInt8> {
+    using AIn = int8_t;
+    using APack = int8_t;
+    using Acc = int32_t;
+    static constexpr int KG = 4, kAkg = 64, APER = 64;
+    static constexpr int64_t kKcTarget = 1024;
+    static constexpr const char* kName = "amx-int8";
+    static void pack_a(const int8_t* s, int8_t* d) { std::memcpy(d, s, 64); }
+    static void dot() {  // signed x signed: no offset, no compensation
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    template <int R>
+    static void micro(const int8_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+        tiles<R>(a, b, kk, c, ldc, load_c);
+    }
+};
+#endif
+
+}  // namespace gemm
+}  // namespace cpukern

@@ -1,0 +1,147 @@
+// gemm_bf16 and gemm_w8a8: the C ABI. Each variant library picks its
+// micro-kernels at compile time from the ISA macros its flags define; the
+// packed-B layout it reports (cpukern_gemm_layout) is recorded by the Python
+// side with the packed weights and checked on every call.
+#include <cstdio>
+#include <string>
+
+#include "cpukern/export.h"
+#include "cpukern/gemm.h"
+#include "cpukern/gemm_arm.h"
+#include "cpukern/gemm_generic.h"
+#include "cpukern/gemm_x86.h"
+
+namespace cpukern {
+namespace gemm {
+namespace {
+
+constexpr int32_t kStatusNoMemory = 3;
+
+// The kernels of one GEMM kind: `Small` for every M, `Large` from kLargeM rows
+// on (0: never). Both read the same packed-B layout.
+template <class S, class L, int64_t LargeM>
+struct Kernels {
+    using Small = S;
+    using Large = L;
+    static constexpr int64_t kLargeM = LargeM;
+    static bool large(int64_t M) { return kLargeM > 0 && M >= kLargeM; }
+    static_assert(S::NR == L::NR && S::KG == L::KG, "one packed layout per kind and variant");
+};
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__)
+using Bf16 = Kernels<Dpbf16, AmxBf16, 32>;  // AMX tiles need 32 rows to pay off
+using Int8 = Kernels<Vnni, AmxInt8, 32>;
+#elif defined(__AVX512BF16__) && defined(__AVX512VNNI__)
+using Bf16 = Kernels<Dpbf16, Dpbf16, 0>;
+using Int8 = Kernels<Vnni, Vnni, 0>;
+#elif defined(__AVX512VNNI__)
+using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
+using Int8 = Kernels<Vnni, Vnni, 0>;
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_MATMUL_INT8) && defined(CPUKERN_NEON_BF16)
+using Bf16 = Kernels<Bfmmla, Bfmmla, 0>;
+using Int8 = Kernels<Smmla, Smmla, 0>;
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
+using Int8 = Kernels<Sdot, Sdot, 0>;
+#else
+using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
+using Int8 = Kernels<GenericInt8, GenericInt8, 0>;
+#endif
+
+constexpr int kmax(int a, int b) { return a > b ? a : b; }
+
+Layout layout(int32_t kind) {
+    using B = Bf16;
+    using I = Int8;
+    if (kind == kKindBf16)
+        return Layout{kKindBf16, B::Small::NR, B::Small::KG, kmax(B::Small::kAkg, B::Large::kAkg), 2, false};
+    return Layout{kKindInt8, I::Small::NR, I::Small::KG, kmax(I::Small::kAkg, I::Large::kAkg), 1,
+                  I::Small::kOffsetA || I::Large::kOffsetA};
+}
+
+bool valid_kind(int32_t kind) { return kind == kKindBf16 || kind == kKindInt8; }
+
+std::string describe(int32_t kind) {
+    const Layout L = layout(kind);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s:nr%d:kg%d:kpad%d%s:%s", kind == kKindBf16 ? "bf16" : "int8", L.nr, L.kg, L.kpad,
+                  L.colsum ? ":colsum" : "",
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+                  "be"
+#else
+                  "le"
+#endif
+    );
+    return buf;
+}
+
+template <class Ks, class Epi>
+int32_t dispatch(const typename Ks::Small::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K, const uint8_t* packed,
+                 const Layout& L, const Epi& epi) {
+    const bool ok = Ks::large(M) ? run<typename Ks::Large>(a, lda, M, N, K, packed, L, epi)
+                                 : run<typename Ks::Small>(a, lda, M, N, K, packed, L, epi);
+    return ok ? CPUKERN_OK : kStatusNoMemory;
+}
+
+}  // namespace
+}  // namespace gemm
+}  // namespace cpukern
+
+using namespace cpukern::gemm;
+
+// The packed-B layout of this variant for `kind` (0 bf16, 1 int8), as text;
+// packed weights are only valid for a library that reports the same text.
+CPUKERN_API const char* cpukern_gemm_layout(int32_t kind) {
+    static const std::string names[2] = {describe(kKindBf16), describe(kKindInt8)};
+    return valid_kind(kind) ? names[kind].c_str() : "";
+}
+
+// Name of the micro-kernel used for M rows (diagnostics and benchmarks).
+CPUKERN_API const char* cpukern_gemm_kernel(int32_t kind, int64_t M) {
+    if (kind == kKindBf16) return Bf16::large(M) ? Bf16::Large::kName : Bf16::Small::kName;
+    if (kind == kKindInt8) return Int8::large(M) ? Int8::Large::kName : Int8::Small::kName;
+    return "";
+}
+
+CPUKERN_API int64_t cpukern_gemm_packed_bytes(int32_t kind, int64_t K, int64_t N) {
+    if (!valid_kind(kind) || K < 0 || N < 0) return -1;
+    return layout(kind).bytes(K, N);
+}
+
+// Packs b[k * sk + n * sn] (K x N, any element strides) into `dst`
+// (cpukern_gemm_packed_bytes bytes).
+CPUKERN_API int32_t cpukern_gemm_pack_b(int32_t kind, const void* b, int64_t K, int64_t N, int64_t sk, int64_t sn,
+                                        void* dst) {
+    if (!valid_kind(kind) || K < 0 || N < 0) return CPUKERN_EINVAL;
+    const Layout L = layout(kind);
+    if (kind == kKindBf16)
+        pack_b(static_cast<const uint16_t*>(b), K, N, sk, sn, L, static_cast<uint8_t*>(dst));
+    else
+        pack_b(static_cast<const int8_t*>(b), K, N, sk, sn, L, static_cast<uint8_t*>(dst));
+    return CPUKERN_OK;
+}
+
+// out[M, N] (row stride ldo, float32 or bfloat16) = a[M, K] (bf16, row stride lda) x packed B.
+CPUKERN_API int32_t cpukern_gemm_bf16(const void* a, int64_t lda, const void* packed, int64_t M, int64_t N, int64_t K,
+                                      void* out, int64_t ldo, int32_t out_dtype) {
+    if (M < 0 || N < 0 || K < 0) return CPUKERN_EINVAL;
+    if (out_dtype != CPUKERN_F32 && out_dtype != CPUKERN_BF16) return CPUKERN_EDTYPE;
+    const Layout L = layout(kKindBf16);
+    const EpiFloat epi{out, ldo, out_dtype == CPUKERN_BF16};
+    return dispatch<Bf16>(static_cast<const cpukern::bf16_t*>(a), lda, M, N, K,
+                                          static_cast<const uint8_t*>(packed), L, epi);
+}
+
+// out[M, N] = (a[M, K] int8 x packed int8 B) * a_scale[M, None] * b_scale[None, N].
+CPUKERN_API int32_t cpukern_gemm_w8a8(const void* a, int64_t lda, const float* a_scale, const void* packed,
+                                      const float* b_scale, int64_t M, int64_t N, int64_t K, void* out, int64_t ldo,
+                                      int32_t out_dtype) {
+    if (M < 0 || N < 0 || K < 0) return CPUKERN_EINVAL;
+    if (out_dtype != CPUKERN_F32 && out_dtype != CPUKERN_BF16) return CPUKERN_EDTYPE;
+    const Layout L = layout(kKindInt8);
+    const uint8_t* pb = static_cast<const uint8_t*>(packed);
+    const bool offset = Int8::large(M) ? Int8::Large::kOffsetA : Int8::Small::kOffsetA;
+    const EpiScaled epi{out, ldo, out_dtype == CPUKERN_BF16, a_scale, b_scale,
+                        offset ? reinterpret_cast<const int32_t*>(pb + L.colsum_offset(K, N)) : nullptr};
+    return dispatch<Int8>(static_cast<const int8_t*>(a), lda, M, N, K, pb, L, epi);
+}
