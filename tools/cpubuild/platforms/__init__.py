@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..wheelbuild.tools import Requirement
 
 # Tried in order; the first whose `builds(arch, host)` is true builds the wheel.
-PLATFORM_MODULES: tuple[str, ...] = ("linux_native", "linux_cross")
+PLATFORM_MODULES: tuple[str, ...] = ("linux_native", "linux_cross", "macos")
 
 ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
