@@ -13,6 +13,12 @@
 #include "cpukern/export.h"
 
 namespace cpukern {
+namespace affinity {  // affinity.cpp: the thread plan (CPUKERN_OMP_THREADS_BIND)
+int planned_threads();
+bool bound();
+void pool_reset(int workers);
+void worker_started(int index);
+}  // namespace affinity
 namespace {
 
 struct Job {
@@ -41,8 +47,15 @@ int default_threads() {
 
 class Pool {
   public:
-    explicit Pool(int threads) : size_(threads < 1 ? 1 : threads), pid_(getpid()) {
-        for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    // Bound (pinned) pools run every part on a worker; otherwise the caller
+    // runs part 0 itself.
+    explicit Pool(int threads) : size_(threads < 1 ? 1 : threads), pid_(getpid()), bound_(affinity::bound()) {
+        const int first = bound_ ? 0 : 1;
+        affinity::pool_reset(size_);
+        for (int i = first; i < size_; ++i) workers_.emplace_back([this, i] {
+            affinity::worker_started(i);
+            loop(i);
+        });
     }
     ~Pool() {
         {
@@ -53,6 +66,7 @@ class Pool {
         for (auto& t : workers_) t.join();
     }
     int size() const { return size_; }
+    bool bound() const { return bound_; }
     pid_t pid() const { return pid_; }
 
     // Caller holds busy_. Runs chunk 0 itself, the rest on workers.
@@ -61,11 +75,11 @@ class Pool {
             std::lock_guard<std::mutex> lk(mu_);
             job_ = job;
             parts_ = parts;
-            pending_.store(parts - 1, std::memory_order_relaxed);
+            pending_.store(bound_ ? parts : parts - 1, std::memory_order_relaxed);
             ++generation_;
         }
         cv_.notify_all();
-        run_part(job, 0);
+        if (!bound_) run_part(job, 0);
         // Short spin (the common case: equal chunks finish together), then block.
         for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
             if (spin > 2000) {
@@ -108,6 +122,7 @@ class Pool {
 
     int size_;
     pid_t pid_;
+    bool bound_;
     std::vector<std::thread> workers_;
     std::mutex mu_;
     std::condition_variable cv_, done_cv_;
@@ -128,7 +143,10 @@ Pool* pool() {
     std::call_once(once, [] { g_create_mu = new std::mutex; });
     std::lock_guard<std::mutex> lk(*g_create_mu);
     if (g_pool && g_pool->pid() != getpid()) g_pool = nullptr;  // forked child: threads are gone, leak the old pool
-    if (!g_pool) g_pool = new Pool(g_requested > 0 ? g_requested : default_threads());
+    if (!g_pool) {
+        const int planned = affinity::planned_threads();
+        g_pool = new Pool(g_requested > 0 ? g_requested : planned > 0 ? planned : default_threads());
+    }
     return g_pool;
 }
 
@@ -136,13 +154,21 @@ Pool* pool() {
 
 int num_threads() { return pool()->size(); }
 
+bool pool_started() {
+    if (!g_create_mu) return false;
+    std::lock_guard<std::mutex> lk(*g_create_mu);
+    return g_pool != nullptr && g_pool->pid() == getpid();
+}
+
 void parallel_for_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     Pool* p = pool();
     int64_t max_parts = (n + grain - 1) / grain;
     int parts = static_cast<int>(max_parts < p->size() ? max_parts : p->size());
-    if (parts <= 1 || !p->busy.try_lock()) {
+    // inline: tiny jobs, one thread, or the pool busy with another caller; a
+    // pinned pool runs even a single part on its worker (on its CPU)
+    if (max_parts <= 1 || (parts <= 1 && !p->bound()) || !p->busy.try_lock()) {
         fn(ctx, 0, n);
         return;
     }

@@ -12,7 +12,7 @@ import platform
 import sys
 from typing import Any
 
-from . import _dispatch
+from . import _dispatch, _threads
 from ._select import Selection, select_variant
 from ._version import __version__
 from .errors import CpukernError
@@ -32,6 +32,7 @@ def report() -> dict[str, Any]:
         "selected": None,
         "error": None,
         "variants": [],
+        "threads": _threads.report(),  # CPUKERN_OMP_THREADS_BIND, applied when the pool starts
     }
     try:
         sel = _dispatch.selection()
@@ -85,6 +86,10 @@ def render(data: dict[str, Any]) -> str:
         built = "built" if v["built"] else "absent"
         runs = "runs" if v["supported"] else "cannot run"
         lines.append(f" {mark} {v['name']:<14} {built:<7} {runs:<11} {v['reason']}")
+    threads = data["threads"]
+    lines.append(
+        f"threads: error: {threads['error']}" if threads["error"] else f"threads: {threads['summary']} (at first use)"
+    )
     if data["selected"] is None:
         lines.append("selected: none (see the error above)")
         return "\n".join(lines)

@@ -160,6 +160,9 @@ def load_variant(name: str) -> ctypes.CDLL:
             loaded = lib.cpukern_variant_name().decode()
             if loaded != name:
                 raise ImportError(f"{library_path(name)} reports variant {loaded!r}, expected {name!r}")
+            from . import _threads
+
+            _threads.configure(lib)  # CPUKERN_OMP_THREADS_BIND, before the pool starts
             libs[name] = lib
         return libs[name]
 
