@@ -219,7 +219,7 @@ def test_publishers_killed_midway_leave_a_valid_index(tmp_path: Path) -> None:
     rng = random.Random(1234)
     sets = [synthetic_wheels(tmp_path, w, 12) for w in range(4)]
     killed_running = 0
-    for _ in range(6):
+    for _ in range(4):
         workers = [start_worker(str(root), COMMIT_A, s) for s in sets]
         time.sleep(rng.uniform(0.2, 1.2))
         for proc in workers:

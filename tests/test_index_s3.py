@@ -102,7 +102,7 @@ def test_publish_two_commits_to_s3(s3: Any, tmp_path: Path) -> None:
 
 
 def test_concurrent_publishers_on_s3(s3: Any, tmp_path: Path) -> None:
-    sets = [synthetic_wheels(tmp_path, w, 4) for w in range(4)]
+    sets = [synthetic_wheels(tmp_path, w, 3) for w in range(4)]
     workers = [start_worker(f"s3://{BUCKET}/race", COMMIT_A, s) for s in sets]
     for proc in workers:
         _, err = proc.communicate(timeout=600)
