@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import write_wheel
-
-from conftest import REPO
 
 TOOLS = str(REPO / "tools")
 COMMIT_A = "1" * 40
@@ -205,7 +204,7 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
     sets = [synthetic_wheels(tmp_path, w, 25) for w in range(8)]
     workers = [start_worker(str(root), COMMIT_A, s) for s in sets]
     for proc in workers:
-        out, err = proc.communicate(timeout=600)
+        _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err
     expected = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for s in sets for p in s}
     assert len(expected) == 200
