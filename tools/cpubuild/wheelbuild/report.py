@@ -28,6 +28,7 @@ class TargetState:
     name: str
     objects: int = 0
     linked: bool = False
+    failed: bool = False
 
 
 @dataclass
@@ -68,6 +69,8 @@ class Progress:
                     state.objects += 1
         elif event.kind == "nowork":
             self.up_to_date = True
+        elif event.kind == "failed" and event.target:
+            self.targets.setdefault(event.target, TargetState(name=event.target)).failed = True
 
 
 class Reporter:
@@ -169,9 +172,16 @@ class LiveReporter(Reporter):
                 continue
             table.add_row(Text(stage, style="bold"), status, f"{seconds:5.1f} s")
             if stage == "compile" and p.targets:
+                finished = p.up_to_date or stage != p.current
                 for t in p.targets.values():
-                    mark = Text("linked", style="green") if t.linked else Text(
-                        "up to date" if p.up_to_date else f"{t.objects} objects", style="green" if p.up_to_date else "yellow")
+                    if t.failed:
+                        mark = Text("FAILED", style="red")
+                    elif t.linked:
+                        mark = Text("linked", style="green")
+                    elif finished:
+                        mark = Text("up to date", style="green")
+                    else:
+                        mark = Text(f"{t.objects} objects", style="yellow")
                     table.add_row(Text(f"  {t.name}"), mark, "")
         parts: list[Any] = [table]
         parts += [Text(n, style="dim") for n in self.notes[-3:]]
