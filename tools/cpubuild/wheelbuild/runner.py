@@ -185,6 +185,9 @@ def execute(
                     result = _build(plan, platform, toolchain, reporter, environ, staging, log, log_path)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:  # an unwritable output or build directory, a full disk
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise BuildFailedError(f"{where}{exc.strerror or exc}") from None
     finally:
         reporter.close()
     result["stages"] = reporter.stage_seconds
