@@ -1,0 +1,175 @@
+"""cpukern's worker pool in real processes: thread binding
+(CPUKERN_OMP_THREADS_BIND) read back from the workers' kernel affinity masks,
+`python -m cpukern` reporting it, bad values failing cleanly, and cpukern's
+threads next to torch's OpenMP runtime (interleaved and concurrent calls)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("ml_dtypes")
+
+ALLOWED = sorted(os.sched_getaffinity(0))
+BIND_VARS = ("CPUKERN_OMP_THREADS_BIND", "CPUKERN_NUM_OF_RESERVED_CPU", "CPUKERN_NUM_THREADS", "CPUKERN_LOCAL_RANK",
+             "LOCAL_RANK")
+
+# For each (variant, environment) given on the command line: sets the
+# environment, loads that variant's library (each library plans its own pool
+# when it is loaded, so one process checks as many bindings as this CPU runs
+# variants), runs a GEMM big enough for every worker and reports each
+# worker's thread id, affinity (the kernel's view) and CPU ticks.
+PROBE = textwrap.dedent("""
+    import json, os, sys, numpy as np, ml_dtypes, cpukern
+    from cpukern import _dispatch, _threads, ops
+    bf = ml_dtypes.bfloat16
+    a = np.ones((64, 512), bf)
+    def ticks(tid):
+        fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    results = []
+    for variant, env in json.loads(sys.argv[1]):
+        for name in BIND_VARS:
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        with ops.use_variant(variant):
+            packed = cpukern.pack_b(np.ones((512, 512), bf))
+            for _ in range(3):
+                out = cpukern.gemm_bf16(a, packed)
+            assert float(out[0, 0]) == 512.0
+            tids = _threads.worker_tids(_dispatch.load_variant(variant))
+            before = {t: ticks(t) for t in tids}
+            for _ in range(40):
+                cpukern.gemm_bf16(a, packed)
+        results.append({
+            "workers": [{"tid": t, "cpus": sorted(os.sched_getaffinity(t)), "ticks": ticks(t) - before[t]} for t in tids],
+            "caller": sorted(os.sched_getaffinity(0)),
+        })
+    print(json.dumps(results))
+""").replace("BIND_VARS", repr(BIND_VARS))
+
+
+def run_python(code: str, env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in BIND_VARS}
+    return subprocess.run([sys.executable, "-c", code, *args], env={**clean, **env}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def probe(*envs: dict[str, str]) -> list[dict[str, Any]]:
+    """One result per environment, as few processes as the variants allow."""
+    import cpukern
+
+    variants = cpukern.supported_variants()
+    results: list[dict[str, Any]] = []
+    for start in range(0, len(envs), len(variants)):
+        chunk = list(zip(variants, envs[start : start + len(variants)], strict=False))
+        proc = run_python(PROBE, {}, json.dumps(chunk))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results.extend(json.loads(proc.stdout))
+    return results
+
+
+def test_bindings_read_back_from_the_workers() -> None:
+    last = ALLOWED[-1]
+    pair = ALLOWED[-2:]
+    unbound, listed, single, auto, ranked = probe(
+        {},
+        {"CPUKERN_OMP_THREADS_BIND": ",".join(map(str, pair))},
+        {"CPUKERN_OMP_THREADS_BIND": str(last)},
+        {"CPUKERN_OMP_THREADS_BIND": "auto"},
+        {"CPUKERN_OMP_THREADS_BIND": "|".join(map(str, ALLOWED)), "LOCAL_RANK": str(len(ALLOWED) - 1)},
+    )
+    # unset: not pinned, the caller runs one share itself
+    assert len(unbound["workers"]) == len(ALLOWED) - 1
+    assert all(w["cpus"] == ALLOWED for w in unbound["workers"])
+    # a CPU list: one worker per CPU, pinned; they do the work; the caller stays unpinned
+    assert sorted(w["cpus"] for w in listed["workers"]) == [[c] for c in pair]
+    assert sum(w["ticks"] for w in listed["workers"]) > 0, "the pinned workers did not run the work"
+    assert listed["caller"] == ALLOWED, "the calling thread must not be re-pinned"
+    # a single CPU: the work still runs on the pinned worker
+    assert [w["cpus"] for w in single["workers"]] == [[last]]
+    assert single["workers"][0]["ticks"] > 0
+    # auto: one pinned worker per core of the process mask
+    pinned = sorted(w["cpus"][0] for w in auto["workers"])
+    assert all(len(w["cpus"]) == 1 for w in auto["workers"])
+    assert pinned and set(pinned) <= set(ALLOWED) and len(set(pinned)) == len(pinned)
+    # one list per local rank
+    assert [w["cpus"] for w in ranked["workers"]] == [[last]]
+    if len(pinned) >= 2:
+        (fewer,) = probe({"CPUKERN_OMP_THREADS_BIND": "auto", "CPUKERN_NUM_OF_RESERVED_CPU": "1"})
+        assert sorted(w["cpus"][0] for w in fewer["workers"]) == pinned[:-1]
+
+
+REPORT = "import cpukern.__main__ as m; m.main(['--json']); print('@@'); m.main([])"
+
+
+def test_python_m_cpukern_reports_the_binding() -> None:
+    cpu = ALLOWED[-1]
+    proc = run_python(REPORT, {"CPUKERN_OMP_THREADS_BIND": str(cpu)})
+    assert proc.returncode == 0, proc.stderr
+    data, text = proc.stdout.split("@@")
+    threads = json.loads(data)["threads"]
+    assert (threads["mode"], threads["pinned"], threads["cpus"], threads["threads"]) == ("list", True, [cpu], 1)
+    assert f"threads: list: 1 thread pinned to CPUs {cpu}" in text
+
+
+def test_bad_values_fail_cleanly() -> None:
+    """Unit tests cover every message; here: a clear exception, no signal."""
+    import cpukern
+
+    bad = {"CPUKERN_OMP_THREADS_BIND": str(max(ALLOWED) + 1)}
+    proc = run_python(PROBE, {}, json.dumps([[cpukern.supported_variants()[0], bad]]))
+    assert proc.returncode == 1, f"exit {proc.returncode} (negative: a signal)\n{proc.stderr[-2000:]}"
+    assert "ThreadBindError: CPUKERN_OMP_THREADS_BIND" in proc.stderr and "is not available to this process" in proc.stderr
+    report = run_python(REPORT, {"CPUKERN_OMP_THREADS_BIND": "auto", "CPUKERN_NUM_OF_RESERVED_CPU": str(len(ALLOWED))})
+    assert "leaves no CPU" in json.loads(report.stdout.split("@@")[0])["threads"]["error"]
+
+
+TORCH_MIX = textwrap.dedent("""
+    import json, os, threading, time
+    import numpy as np, ml_dtypes, torch, cpukern
+    from concurrent.futures import ThreadPoolExecutor
+    from cpukern import _dispatch, _threads
+    bf = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((48, 256)).astype(bf)
+    b = rng.standard_normal((256, 384)).astype(bf)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    packed = cpukern.pack_b(b)
+    ta, tb = torch.randn(96, 256), torch.randn(256, 256)
+    twant = ta.double() @ tb.double()
+    def ours():
+        got = cpukern.gemm_bf16(a, packed)
+        assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max(), "cpukern result"
+    def theirs():
+        got = torch.matmul(ta, tb)
+        assert (got.double() - twant).abs().max() <= 1e-3 * twant.abs().max(), "torch result"
+    for _ in range(10):  # interleaved on one thread
+        ours(); theirs()
+    with ThreadPoolExecutor(2) as pool:  # concurrently from two Python threads
+        jobs = [pool.submit(f) for _ in range(20) for f in (ours, theirs)]
+        for j in jobs:
+            j.result()
+    time.sleep(0.2)
+    tids = _threads.worker_tids(_dispatch.library())
+    states = [open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in tids]
+    print(json.dumps({"workers": len(tids), "states": states, "torch_threads": torch.get_num_threads(),
+                      "tasks": len(os.listdir("/proc/self/task"))}))
+""")
+
+
+def test_coexists_with_torch_openmp() -> None:
+    pytest.importorskip("torch")
+    proc = run_python(TORCH_MIX, {})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    # one pool sized to the CPUs, idle workers asleep (no spinning next to OpenMP)
+    assert r["workers"] == len(ALLOWED) - 1
+    assert all(s in "SD" for s in r["states"]), r["states"]
