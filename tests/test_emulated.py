@@ -155,3 +155,79 @@ def test_forcing_a_variant_the_model_lacks_fails_cleanly(wheels: dict[str, dict[
     error = outcome["report_error"]
     assert error and f"CPUKERN_ISA={forced}" in error and all(f in error for f in missing), error
     assert not any("killed by" in p for p in outcome["problems"]), outcome["problems"]
+
+
+# ------------------------------------------------------------------ static ISA content
+# What QEMU cannot show (no emulated CPU runs AMX; a kernel could silently
+# fall back to generic code) is read from the binaries: each variant library
+# must contain the instructions of the ISA it is named for, and the libraries
+# a lesser CPU loads must contain none of them.
+ISA_MNEMONICS = {
+    # aarch64: Armv8.6 BF16 (BFCVTN/BFDOT/BFMMLA), SVE predication, dot product
+    "bf16": r"bfcvtn2?|bfdot|bfmmla|bfmlal[bt]",
+    "sve": r"ptrue|whilelo|whilelt",
+    "asimddp": r"sdot|udot",
+    # s390x: any vector-facility instruction (z13+), and VXE's float vectors (z14+)
+    "vx": r"v[a-z0-9]+|w[a-z]+db|w[a-z]+sb",
+    "vxe": r"vfasb|vfmsb|vfmasb|vfssb|vfdsb|wfasb",
+}
+
+
+def mnemonics(objdump: str, library: Path) -> list[str]:
+    text = run([objdump, "-d", "--no-show-raw-insn", str(library)]).stdout
+    return [line.split("\t")[1].split()[0] for line in text.splitlines() if line.count("\t") >= 1 and line.startswith(" ")]
+
+
+def unpack_libraries(wheel: str, dest: Path) -> dict[str, Path]:
+    import zipfile
+
+    libs = {}
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            stem = Path(name).name
+            if stem.startswith("_cpukern_") and stem.endswith(".so"):
+                libs[stem[len("_cpukern_"):-len(".so")]] = Path(z.extract(name, dest))
+    return libs
+
+
+@pytest.mark.parametrize("arch", FOREIGN)
+def test_variant_libraries_contain_their_isa(wheels: dict[str, dict[str, Any]], arch: str, tmp_path: Path) -> None:
+    import re
+
+    objdump = f"{MATRIX.arches[arch].triplet}-objdump"
+    require_tool(objdump)
+    libs = unpack_libraries(wheels[arch]["wheel"]["path"], tmp_path)
+    checked = [f for f in ISA_MNEMONICS if f in MATRIX.features[arch]]
+    for name, library in libs.items():
+        requires = set() if name == "probe" else set(MATRIX.variant(arch, name).requires)
+        used = mnemonics(objdump, library)
+        for feature in checked:
+            count = sum(1 for m in used if re.fullmatch(ISA_MNEMONICS[feature], m))
+            if feature not in requires:
+                assert count == 0, f"{arch} {name}: {count} {feature} instructions, but it runs on CPUs without {feature}"
+            elif feature != "asimddp":  # dot products come with the int8 GEMM only
+                assert count > 0, f"{arch} {name}: requires {feature} but uses none of its instructions"
+
+
+@pytest.fixture(scope="module")
+def host_package() -> Path:
+    proc = subprocess.run([sys.executable, "-c", "import cpukern, os; print(os.path.dirname(cpukern.__file__))"],
+                          capture_output=True, text=True, cwd="/", env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    require(proc.returncode == 0, "cpukern is not installed for this Python (scripts/test.sh installs it)")
+    package = Path(proc.stdout.strip())
+    require((package / "_cpukern_amx.so").is_file(), f"{package} has no amx variant (install the all-variant build)")
+    return package
+
+
+def test_amx_variant_is_built_with_tile_instructions(host_package: Path) -> None:
+    """AMX executes nowhere here (no AMX in this CPU, none in QEMU 7.2): the
+    amx library must at least be built with tile instructions, and only it."""
+    require_tool("objdump")
+    tile = {"ldtilecfg", "tdpbf16ps", "tdpbssd", "tdpbusd", "tileloadd", "tilestored", "tilerelease", "tilezero"}
+    for library in sorted(host_package.glob("_cpukern_*.so")):
+        name = library.name[len("_cpukern_"):-len(".so")]
+        used = set(mnemonics("objdump", library))
+        if name == "amx":
+            assert {"ldtilecfg", "tdpbf16ps", "tileloadd"} <= used, sorted(used & tile)
+        else:
+            assert not used & tile, f"{name} contains AMX instructions {sorted(used & tile)}"
