@@ -146,6 +146,7 @@ def test_amd64_runtime_selects_what_the_cpu_supports(amd64_runtime: dict[str, An
     assert report["selected"] == expected_best("x86_64", cpuinfo_features(), built)
     assert amd64_runtime["selected"] == report["selected"]  # cpubuild's own smoke test agrees
     assert amd64_runtime["platform"] == "linux/amd64" and amd64_runtime["variants"] == "all"
+    assert amd64_runtime["wheel_source"] == "build stage"  # compiled inside the image build
 
 
 def test_amd64_runtime_honours_and_checks_cpukern_isa(amd64_runtime: dict[str, Any]) -> None:
@@ -228,7 +229,8 @@ def test_arm64_runtime_from_a_cross_built_wheel_selects_neon(arm64_runtime: dict
     # QEMU's default user-mode CPU is `max`: every feature, so the best built variant
     assert report["selected"] == expected_best("aarch64", None, built)
     assert report["selected"] in {"neon_bf16", "sve"}
-    assert arm64_runtime["wheel"] is None  # cross-compiled on the host by cpubuild, not given
+    assert arm64_runtime["wheel_source"] == "cross-compiled"  # on the host by cpubuild, not given
+    assert arm64_runtime["wheel"].endswith("_aarch64.whl")
     assert arm64_runtime["selected"] == report["selected"]
 
 

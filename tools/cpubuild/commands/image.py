@@ -43,6 +43,7 @@ class Built:
     size: int
     selected: str | None
     base_built: bool
+    wheel_source: str  # "given", "cross-compiled" or "build stage"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,7 +53,8 @@ class Built:
             "isa": self.spec.label,
             "variants": list(self.spec.isas) if self.spec.isas else "all",
             "base": self.spec.base,
-            "wheel": str(self.spec.wheel) if self.spec.wheel else None,
+            "wheel": self.spec.wheel.name if self.spec.wheel else None,
+            "wheel_source": self.wheel_source,
             "seconds": round(self.seconds, 2),
             "steps": self.steps,
             "cached_steps": self.cached_steps,
@@ -238,7 +240,9 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cpubuild-image-") as tmp:
         wheel = spec.wheel
+        wheel_source = "given" if wheel is not None else "build stage"
         if wheel is None and spec.arch != host_arch(matrix):
+            wheel_source = "cross-compiled"
             wheel = _cross_wheel(spec, Path(tmp), console)
             spec = plan.ImageSpec(arch=spec.arch, isas=spec.isas, target=spec.target, tag=spec.tag, base=spec.base, wheel=wheel)
         context = build_context(REPO, wheel=wheel, ca_certificates=opts["ca_certificates"])
@@ -273,6 +277,7 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
         size=engine.image_size(spec.tag),
         selected=selected,
         base_built=base_built,
+        wheel_source=wheel_source,
     )
 
 
