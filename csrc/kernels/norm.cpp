@@ -20,6 +20,9 @@ inline int64_t row_grain(int64_t hidden) {
     return g < 1 ? 1 : g;
 }
 
+// Rows are walked in pairs of vectors (load_pair / store_pair: the cheapest
+// widening and narrowing of the variant), then single vectors, then a
+// zero-padded tail. Every array a row meets is walked with the same split.
 template <class T>
 float sum_squares(const T* x, int64_t hidden) {
 #if defined(CPUKERN_HAVE_BF16_DOT)
@@ -29,7 +32,9 @@ float sum_squares(const T* x, int64_t hidden) {
     VF acc0 = splat(0.f), acc1 = splat(0.f), acc2 = splat(0.f), acc3 = splat(0.f);
     int64_t i = 0;
     for (; i + 4 * kLanes <= hidden; i += 4 * kLanes) {
-        VF a = load(x + i), b = load(x + i + kLanes), c = load(x + i + 2 * kLanes), d = load(x + i + 3 * kLanes);
+        VF a, b, c, d;
+        load_pair(x + i, a, b);
+        load_pair(x + i + 2 * kLanes, c, d);
         acc0 += a * a;
         acc1 += b * b;
         acc2 += c * c;
@@ -46,15 +51,16 @@ float sum_squares(const T* x, int64_t hidden) {
     return reduce_add((acc0 + acc1) + (acc2 + acc3));
 }
 
-// out = x * inv * w, rounded once to T. W: T, or float (pre-widened weights).
+// out = x * inv * w, rounded once to T. W: T, or float (widened by with_weights).
 template <class T, class W>
 void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv) {
     VF s = splat(inv);
     int64_t i = 0;
     for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
-        VF a = load(x + i) * s, b = load(x + i + kLanes) * s;
-        store_fast(out + i, a * load(w + i));
-        store_fast(out + i + kLanes, b * load(w + i + kLanes));
+        VF a, b, wa, wb;
+        load_pair(x + i, a, b);
+        load_pair(w + i, wa, wb);
+        store_pair_fast(out + i, a * s * wa, b * s * wb);
     }
     for (; i + kLanes <= hidden; i += kLanes) store_fast(out + i, load(x + i) * s * load(w + i));
     if (i < hidden) {
@@ -63,8 +69,9 @@ void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv) {
     }
 }
 
-// Weights widened to float once per chunk of rows (16-bit types), so the
-// per-row pass multiplies straight from L1 instead of converting again.
+// 16-bit weights widened to float once per chunk of rows, laid out as
+// scale_row reads them (pairs in load_pair's lane order), so the row pass
+// multiplies straight from L1.
 template <class T, class F>
 void with_weights(const T* w, int64_t hidden, int64_t rows, F&& f) {
     if constexpr (std::is_same_v<T, float>) {
@@ -75,8 +82,17 @@ void with_weights(const T* w, int64_t hidden, int64_t rows, F&& f) {
         if (static_cast<int64_t>(wide.size()) < hidden + kLanes) wide.resize(hidden + kLanes);
         float* wf = wide.data();
         int64_t i = 0;
+        for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
+            VF a, b;
+            load_pair(w + i, a, b);
+            store(wf + i, a);
+            store(wf + i + kLanes, b);
+        }
         for (; i + kLanes <= hidden; i += kLanes) store(wf + i, load(w + i));
-        if (i < hidden) store_partial(wf + i, load_partial(w + i, static_cast<int>(hidden - i)), static_cast<int>(hidden - i));
+        if (i < hidden) {
+            int n = static_cast<int>(hidden - i);
+            store_partial(wf + i, load_partial(w + i, n), n);
+        }
         f(static_cast<const float*>(wf));
     }
 }
@@ -111,11 +127,13 @@ void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hid
                 VF acc0 = splat(0.f), acc1 = splat(0.f);
                 int64_t i = 0;
                 for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
-                    store_fast(rr + i, load(xr + i) + load(rr + i));
-                    store_fast(rr + i + kLanes, load(xr + i + kLanes) + load(rr + i + kLanes));
-                    VF a = load(rr + i), b = load(rr + i + kLanes);  // the rounded residual, from L1
-                    acc0 += a * a;
-                    acc1 += b * b;
+                    VF xa, xb, ra, rb;
+                    load_pair(xr + i, xa, xb);
+                    load_pair(rr + i, ra, rb);
+                    store_pair_fast(rr + i, xa + ra, xb + rb);
+                    load_pair(rr + i, ra, rb);  // the residual as rounded to T, from L1
+                    acc0 += ra * ra;
+                    acc1 += rb * rb;
                 }
                 for (; i + kLanes <= hidden; i += kLanes) {
                     store_fast(rr + i, load(xr + i) + load(rr + i));

@@ -8,6 +8,7 @@ for shapes, strides, sizes, read-only or overlapping outputs.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -17,17 +18,18 @@ TORCH = "torch"
 
 _torch_dtype_names: dict[Any, str] = {}
 _numpy_dtype_names: dict[Any, str] = {}
+_buffer_export: dict[Any, bool] = {}
 _torch_strided: list[Any] = []
 
 
 class Array:
     """One array argument, as the C ABI needs it (strides in elements)."""
 
-    __slots__ = ("dtype", "kind", "name", "obj", "ptr", "shape", "strides", "writable")
+    __slots__ = ("dtype", "itemsize", "kind", "name", "obj", "ptr", "shape", "strides", "writable")
 
     def __init__(
         self, *, obj: Any, name: str, kind: str, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-        dtype: str, writable: bool,
+        dtype: str, itemsize: int, writable: bool,
     ) -> None:
         self.obj = obj
         self.name = name
@@ -36,6 +38,7 @@ class Array:
         self.shape = shape
         self.strides = strides
         self.dtype = dtype
+        self.itemsize = itemsize
         self.writable = writable
 
     @property
@@ -49,9 +52,6 @@ class Array:
             n *= d
         return n
 
-    @property
-    def itemsize(self) -> int:
-        return 8 if self.dtype == "int64" else 4 if self.dtype in ("float32", "int32") else 2
 
 
 def kind_of(obj: Any) -> str | None:
@@ -85,20 +85,32 @@ def wrap(obj: Any, name: str, kind: str | None = None) -> Array:
 
 def _wrap_numpy(a: Any, name: str) -> Array:
     dt = a.dtype
-    dtype = _numpy_dtype_name(dt)
+    dtype = _numpy_dtype_names.get(dt) or _numpy_dtype_name(dt)
+    flags = a.flags
     if not dt.isnative:
         raise TypeError(f"{name}: byte order {dt.str!r} is not the machine's; use .astype(dt.newbyteorder('='))")
-    if not a.flags.aligned:
+    if not flags.aligned:
         raise ValueError(f"{name}: data is not aligned to its {dtype} elements")
     itemsize = dt.itemsize
-    strides = []
-    for s in a.strides:
+    byte_strides = a.strides
+    strides = tuple(s // itemsize for s in byte_strides)
+    for s in byte_strides:
         if s % itemsize:
             raise ValueError(f"{name}: stride of {s} bytes is not a multiple of the {itemsize}-byte element")
-        strides.append(s // itemsize)
+    writable = flags.writeable
+    ptr = None
+    if writable and flags.c_contiguous and a.size and _buffer_export.get(dt, True):
+        # a buffer export is several times cheaper than a.ctypes.data (but
+        # ml_dtypes' bfloat16 has no buffer format: remember which dtypes fail)
+        try:
+            ptr = ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except (ValueError, TypeError, BufferError):
+            _buffer_export[dt] = False
+    if ptr is None:
+        ptr = a.ctypes.data
     return Array(
-        obj=a, name=name, kind=NUMPY, ptr=int(a.ctypes.data), shape=a.shape, strides=tuple(strides), dtype=dtype,
-        writable=bool(a.flags.writeable),
+        obj=a, name=name, kind=NUMPY, ptr=ptr, shape=a.shape, strides=strides, dtype=dtype, itemsize=itemsize,
+        writable=bool(writable),
     )
 
 
@@ -125,8 +137,8 @@ def _wrap_torch(t: Any, name: str) -> Array:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
     dtype = _torch_dtype_names.get(t.dtype) or str(t.dtype).removeprefix("torch.")
     return Array(
-        obj=t, name=name, kind=TORCH, ptr=t.data_ptr(), shape=tuple(t.shape), strides=tuple(t.stride()), dtype=dtype,
-        writable=True,
+        obj=t, name=name, kind=TORCH, ptr=t.data_ptr(), shape=tuple(t.shape), strides=t.stride(), dtype=dtype,
+        itemsize=t.element_size(), writable=True,
     )
 
 
@@ -152,6 +164,8 @@ def rows(a: Array) -> tuple[int, int]:
     if a.ndim == 0:
         raise ValueError(f"{a.name}: expected at least 1 dimension, got a scalar")
     require_contiguous_last(a)
+    if a.ndim == 2:
+        return a.shape[0], a.strides[0] if a.shape[0] > 1 else 0
     return collapse(a, a.ndim - 1)
 
 
@@ -182,12 +196,12 @@ def collapse(a: Array, dims: int) -> tuple[int, int]:
 
 
 def extent(a: Array) -> tuple[int, int]:
-    """[first byte, last byte + 1) the array touches (0, 0 when empty)."""
-    if a.size == 0:
-        return 0, 0
+    """[first byte, last byte + 1) the array touches ((0, 0) when empty)."""
     lo = hi = a.ptr
     item = a.itemsize
     for size, st in zip(a.shape, a.strides, strict=True):
+        if size == 0:
+            return 0, 0
         step = (size - 1) * st * item
         if step < 0:
             lo += step
@@ -200,15 +214,14 @@ def same_layout(a: Array, b: Array) -> bool:
     return a.ptr == b.ptr and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
 
 
-def check_no_overlap(written: Array, others: Iterable[Array], *, allow_alias: Iterable[Array] = ()) -> None:
+def check_no_overlap(written: Array, others: Iterable[Array], *, allow_alias: Array | None = None) -> None:
     """`written` must not share memory with any of `others`, except that it may
-    be exactly one of `allow_alias` (same pointer, shape and strides: in place)."""
-    alias_ok = [o for o in allow_alias if same_layout(written, o)]
+    be exactly `allow_alias` (same pointer, shape and strides: in place)."""
     lo, hi = extent(written)
     if lo == hi:
         return
     for other in others:
-        if any(other is o for o in alias_ok):
+        if other is allow_alias and same_layout(written, other):
             continue
         olo, ohi = extent(other)
         if olo >= hi or lo >= ohi:

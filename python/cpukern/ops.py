@@ -218,7 +218,7 @@ def _rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> Any:
         if oa.shape != xa.shape:
             raise ValueError(f"out: expected shape {xa.shape} like x, got {oa.shape}")
         require_writable(oa)
-        check_no_overlap(oa, (xa, wa), allow_alias=(xa,))
+        check_no_overlap(oa, (xa, wa), allow_alias=xa)
     _, out_stride = rows(oa)
     if n:
         code = _abi.DTYPE_CODES[xa.dtype]

@@ -151,6 +151,19 @@ inline VF load(const bf16_t* p) {
     return (VF)(__builtin_convertvector(h, VU) << 16);
 #endif
 }
+// float -> bf16 bits (in the low half of each lane), round to nearest even.
+inline VU bf16_rne_bits(VF v) {
+    VU u = (VU)v;
+    VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    VI nan = v != v;
+    return (VU)((nan & (VI)((u >> 16) | 0x40u)) | (~nan & (VI)rounded));
+}
+// The same without the NaN fix-up: see store_fast.
+inline VU bf16_rne_bits_fast(VF v) {
+    VU u = (VU)v;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
 // Stores lanes that already hold bf16 bit patterns (each < 2^16).
 inline void store_bf16_bits(bf16_t* p, VU bits) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
@@ -171,10 +184,7 @@ inline void store(bf16_t* p, VF v) {
     bfloat16x4_t h = vcvt_bf16_f32((float32x4_t)v);  // BFCVTN: RNE, quiets NaN
     std::memcpy(p, &h, sizeof h);
 #else
-    VU u = (VU)v;
-    VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    VI nan = v != v;
-    store_bf16_bits(p, (VU)((nan & (VI)((u >> 16) | 0x40u)) | (~nan & (VI)rounded)));
+    store_bf16_bits(p, bf16_rne_bits(v));
 #endif
 }
 
@@ -187,8 +197,7 @@ inline void store_fast(bf16_t* p, VF v) {
 #if (defined(__AVX512BF16__) && defined(__AVX512F__)) || defined(CPUKERN_NEON_BF16)
     store(p, v);
 #else
-    VU u = (VU)v;
-    store_bf16_bits(p, (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    store_bf16_bits(p, bf16_rne_bits_fast(v));
 #endif
 }
 inline void store_fast(float* p, VF v) { store(p, v); }
@@ -235,6 +244,48 @@ inline void store(f16_t* p, VF v) {
 
 #if CPUKERN_HAVE_FLOAT16
 inline void store_fast(f16_t* p, VF v) { store(p, v); }
+#endif
+
+// ---------------------------------------------------------------- pairs
+// Two vectors (2 * kLanes values) at a time. load_pair / store_pair may
+// permute the lanes inside the pair - AVX2 bf16 widens with vpunpck{l,h}wd
+// and narrows with vpackusdw, which work per 128-bit lane and so spare the
+// cross-lane shuffles - but they permute alike: lane-wise math between pairs,
+// sums over pairs and a float array written with store(p), store(p + kLanes)
+// from a load_pair (read back the same way) all stay consistent. Don't mix a
+// pair's lanes with load() / store() of the same 16-bit data.
+template <class T>
+inline void load_pair(const T* p, VF& a, VF& b) {
+    a = load(p);
+    b = load(p + kLanes);
+}
+template <class T>
+inline void store_pair(T* p, VF a, VF b) {
+    store(p, a);
+    store(p + kLanes, b);
+}
+template <class T>
+inline void store_pair_fast(T* p, VF a, VF b) {
+    store_fast(p, a);
+    store_fast(p + kLanes, b);
+}
+#if defined(__AVX2__) && !defined(__AVX512F__)
+template <>
+inline void load_pair(const bf16_t* p, VF& a, VF& b) {
+    __m256i v = _mm256_loadu_si256((const __m256i*)p), zero = _mm256_setzero_si256();
+    a = (VF)_mm256_unpacklo_epi16(zero, v);  // values 0-3, 8-11
+    b = (VF)_mm256_unpackhi_epi16(zero, v);  // values 4-7, 12-15
+}
+template <>
+inline void store_pair_fast(bf16_t* p, VF a, VF b) {
+    __m256i ha = (__m256i)bf16_rne_bits_fast(a), hb = (__m256i)bf16_rne_bits_fast(b);
+    _mm256_storeu_si256((__m256i*)p, _mm256_packus_epi32(ha, hb));  // back to 0-15
+}
+template <>
+inline void store_pair(bf16_t* p, VF a, VF b) {
+    __m256i ha = (__m256i)bf16_rne_bits(a), hb = (__m256i)bf16_rne_bits(b);
+    _mm256_storeu_si256((__m256i*)p, _mm256_packus_epi32(ha, hb));
+}
 #endif
 
 // Swaps neighbouring lanes (0<->1, 2<->3, ...): interleaved pairs such as
