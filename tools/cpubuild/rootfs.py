@@ -154,7 +154,10 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
     with _locked(base / f"{spec.name}.lock"):
         if is_ready(spec, root):  # another caller made it while we waited
             return root
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.name}-", dir=base))
+        # Holding the lock, any temporary tree of this name is a killed run's.
+        for leftover in base.glob(f".tmp-{spec.name}.*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.name}.", dir=base))
         try:
             log(f"rootfs: debootstrap {spec.suite} {spec.debian_arch} into {root} (once; cached)")
             cmd = debootstrap_command(spec, tmp)
