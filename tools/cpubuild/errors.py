@@ -49,3 +49,7 @@ class PublishError(CpubuildError):
 
 class DockerError(CpubuildError):
     """The Docker daemon is unreachable or an image build failed."""
+
+
+class BenchmarkError(CpubuildError):
+    """The benchmark's measuring process failed (crashed or printed no results)."""

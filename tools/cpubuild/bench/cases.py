@@ -1,0 +1,204 @@
+"""The benchmark cases: the foundation ops at the foundation benchmark's
+shapes (moved here from benchmarks/bench_ops.py so `cpubuild bench` and that
+script time the same thing) and the GEMMs ([M, N, K] with N = K = 4096).
+
+A case holds the timed call of cpukern (the selected variant, and a factory
+for any forced variant), torch eager's equivalent when torch is installed and
+a copy of the same bytes for memory-bound cases. Inputs are built once per
+case; cpukern writes into preallocated outputs (`out=`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+HIDDEN = 4096
+INTERMEDIATE = 11008  # silu_and_mul input is [T, 2 * 11008]
+HEAD_SIZE, KV_HEADS, MAX_POSITION = 128, 8, 4096
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
+GEMM_OPS = ("gemm_bf16", "gemm_w8a8")
+GEMM_NK = 4096
+GEMM_M = (1, 32, 256)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    op: str
+    dtype: str  # "bf16" / "fp32" / "int8"
+    shape: list[int]  # the op's main input; [M, N, K] for GEMMs
+    cpukern: Callable[[], Any]  # on the dispatcher's variant
+    for_variant: Callable[[str], Callable[[], Any]]  # the timed call on a forced variant
+    torch: Callable[[], Any] | None
+    memcpy: Callable[[], Any] | None  # None: not memory-bound
+
+
+def _in_variant(fn: Callable[[], Any]) -> Callable[[str], Callable[[], Any]]:
+    def factory(variant: str) -> Callable[[], Any]:
+        from cpukern import ops
+
+        def run() -> Any:
+            with ops.use_variant(variant):
+                return fn()
+
+        return run
+
+    return factory
+
+
+def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
+    """One foundation op at [tokens, hidden] (silu_and_mul: [tokens, 2 * 11008])."""
+    import ml_dtypes
+    import numpy as np
+    from cpukern import ops as cpukern
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
+    rng = np.random.default_rng(tokens)
+
+    def rand(*shape: int) -> Any:
+        return rng.standard_normal(shape, dtype=np.float32).astype(np_dtype)
+
+    def to_torch(a: Any) -> Any:
+        import torch
+
+        t = torch.from_numpy(a.view(np.int16) if dtype == "bf16" else a)
+        return t.view(torch.bfloat16) if dtype == "bf16" else t
+
+    torch_fn: Callable[[], Any] | None = None
+    if op == "rms_norm":
+        x, w, out = rand(tokens, HIDDEN), rand(HIDDEN), rand(tokens, HIDDEN)
+        copy_dst = np.empty_like(x)
+        fn: Callable[[], Any] = lambda: cpukern.rms_norm(x, w, 1e-6, out=out)  # noqa: E731
+        copy: Callable[[], Any] = lambda: np.copyto(copy_dst, x)  # noqa: E731
+        if has_torch:
+            import torch.nn.functional as F
+
+            tx, tw = to_torch(x), to_torch(w)
+            torch_fn = lambda: F.rms_norm(tx, (HIDDEN,), tw, 1e-6)  # noqa: E731
+        shape = [tokens, HIDDEN]
+    elif op == "fused_add_rms_norm":
+        x, r, w = rand(tokens, HIDDEN), rand(tokens, HIDDEN) * 0.01, rand(HIDDEN)
+        x_dst, r_dst = np.empty_like(x), np.empty_like(r)
+        fn = lambda: cpukern.fused_add_rms_norm(x, r, w, 1e-6)  # noqa: E731
+
+        def copy() -> None:
+            np.copyto(x_dst, x)
+            np.copyto(r_dst, r)
+
+        if has_torch:
+            import torch.nn.functional as F
+
+            tx, tr, tw = to_torch(rand(tokens, HIDDEN)), to_torch(rand(tokens, HIDDEN) * 0.01), to_torch(w)
+
+            def torch_fn() -> None:
+                tr.add_(tx)
+                tx.copy_(F.rms_norm(tr, (HIDDEN,), tw, 1e-6))
+
+        shape = [tokens, HIDDEN]
+    elif op == "silu_and_mul":
+        x, out = rand(tokens, 2 * INTERMEDIATE), rand(tokens, INTERMEDIATE)
+        copy_dst = np.empty_like(x)
+        fn = lambda: cpukern.silu_and_mul(x, out=out)  # noqa: E731
+        copy = lambda: np.copyto(copy_dst, x)  # noqa: E731
+        if has_torch:
+            import torch.nn.functional as F
+
+            tx = to_torch(x)
+            torch_fn = lambda: F.silu(tx[..., :INTERMEDIATE]) * tx[..., INTERMEDIATE:]  # noqa: E731
+        shape = [tokens, 2 * INTERMEDIATE]
+    elif op == "rotary_embedding":
+        heads = HIDDEN // HEAD_SIZE
+        positions = rng.integers(0, MAX_POSITION, tokens).astype(np.int64)
+        q, k = rand(tokens, HIDDEN), rand(tokens, KV_HEADS * HEAD_SIZE)
+        angles = np.outer(np.arange(MAX_POSITION), 1e4 ** (-np.arange(0, HEAD_SIZE, 2) / HEAD_SIZE))
+        cache = np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np_dtype)
+        q_dst, k_dst = np.empty_like(q), np.empty_like(k)
+        fn = lambda: cpukern.rotary_embedding(positions, q, k, HEAD_SIZE, cache, True)  # noqa: E731
+
+        def copy() -> None:
+            np.copyto(q_dst, q)
+            np.copyto(k_dst, k)
+
+        if has_torch:
+            import torch
+
+            tp, tq, tk, tc = torch.from_numpy(positions), to_torch(q), to_torch(k), to_torch(cache)
+
+            def rotate(t: Any, cos: Any, sin: Any) -> None:  # vLLM's forward_native, neox style
+                v = t.view(tokens, -1, HEAD_SIZE)
+                x1, x2 = v.chunk(2, dim=-1)
+                v.copy_(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1))
+
+            def torch_fn() -> None:
+                cos, sin = tc.index_select(0, tp).unsqueeze(-2).chunk(2, dim=-1)
+                rotate(tq, cos, sin)
+                rotate(tk, cos, sin)
+
+        shape = [tokens, HIDDEN]
+        del heads
+    else:
+        raise ValueError(f"unknown op {op!r} (known: {', '.join(OPS)})")
+    return Case(op=op, dtype=dtype, shape=shape, cpukern=fn, for_variant=_in_variant(fn), torch=torch_fn, memcpy=copy)
+
+
+def gemm_case(op: str, m: int, *, has_torch: bool, n: int = GEMM_NK, k: int = GEMM_NK) -> Case:
+    """gemm_bf16 (torch.matmul in bf16) or gemm_w8a8 (torch._int_mm, then the
+    scales) at [m, n, k]; the copy (of the packed weight bytes) only for the
+    memory-bound GEMV (m = 1). Weights are packed per variant (layouts differ)."""
+    import ml_dtypes
+    import numpy as np
+    from cpukern import gemm as cpukern
+    from cpukern import ops
+
+    if op not in GEMM_OPS:
+        raise ValueError(f"unknown op {op!r} (known: {', '.join(GEMM_OPS)})")
+    rng = np.random.default_rng(m)
+    out = np.empty((m, n), np.float32)
+    if op == "gemm_bf16":
+        a = rng.standard_normal((m, k), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        b = (rng.standard_normal((k, n), dtype=np.float32) * 0.05).astype(ml_dtypes.bfloat16)
+
+        def prepare() -> Callable[[], Any]:
+            packed = cpukern.pack_b(b)
+            return lambda: cpukern.gemm_bf16(a, packed, out=out)
+    else:
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        sa = (rng.random(m, dtype=np.float32) + 0.5) / 128
+        sb = (rng.random(n, dtype=np.float32) + 0.5) / 128
+
+        def prepare() -> Callable[[], Any]:
+            packed = cpukern.pack_b_int8(b)
+            return lambda: cpukern.gemm_w8a8(a, sa, packed, sb, out=out)
+
+    selected = prepare()
+
+    def for_variant(variant: str) -> Callable[[], Any]:
+        with ops.use_variant(variant):
+            fn = prepare()
+
+        def run() -> Any:
+            with ops.use_variant(variant):
+                return fn()
+
+        return run
+
+    torch_fn: Callable[[], Any] | None = None
+    if has_torch:
+        import torch
+
+        if op == "gemm_bf16":
+            ta = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+            tb = torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)
+            torch_fn = lambda: torch.matmul(ta, tb)  # noqa: E731
+        else:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            tsa, tsb = torch.from_numpy(sa[:, None].copy()), torch.from_numpy(sb)
+            torch_fn = lambda: torch._int_mm(ta, tb) * tsa * tsb  # noqa: E731
+    memcpy = None
+    if m == 1:
+        src = np.ones(b.nbytes, np.uint8)  # the weight bytes a GEMV streams
+        dst = np.empty_like(src)
+        memcpy = lambda: np.copyto(dst, src)  # noqa: E731
+    return Case(op=op, dtype="bf16" if op == "gemm_bf16" else "int8", shape=[m, n, k], cpukern=selected,
+                for_variant=for_variant, torch=torch_fn, memcpy=memcpy)
