@@ -173,3 +173,20 @@ def test_last_json_finds_the_object_after_noise() -> None:
     assert last_json('qemu: warning\n{"selected": "neon"}\n') == {"selected": "neon"}
     assert last_json("no json here") is None
     assert last_json("[1, 2]") is None
+
+
+def test_find_wheel_picks_the_newest_of_the_arch(tmp_path: Path) -> None:
+    import os
+
+    from cpubuild.commands.test import find_wheel
+
+    old = tmp_path / "cpukern-0.1.0+cpu-py3-none-manylinux_2_27_aarch64.whl"
+    new = tmp_path / "cpukern-0.2.0+cpu-py3-none-manylinux_2_27_aarch64.whl"
+    other = tmp_path / "cpukern-0.3.0+cpu-py3-none-manylinux_2_27_s390x.whl"
+    for i, path in enumerate((old, new, other)):
+        path.write_bytes(b"")
+        os.utime(path, (1000 + i, 1000 + i))
+    assert find_wheel("aarch64", tmp_path) == new
+    assert find_wheel("s390x", tmp_path) == other
+    with pytest.raises(UsageError, match="no cpukern wheel for x86_64"):
+        find_wheel("x86_64", tmp_path)
