@@ -396,3 +396,36 @@ def test_isa_extension_check_is_disabled_only_for_guarded_libraries(native_host:
     assert any("--disable-isa-ext-check" in line for line in lines)
     with pytest.raises(BuildFailedError, match=r"_v4\.so"):
         repair.repair_linux(wheel, tmp_path / "refused", ceiling="manylinux_2_28_x86_64", guarded=[], log=lines.append)
+
+
+# ------------------------------------------------------------ matrix and doctor
+
+
+def test_matrix_json_reports_every_arch_and_what_this_host_builds_and_runs(native_host: None) -> None:
+    data = json.loads(cpubuild("matrix", "--json").stdout)
+    assert set(data["arches"]) == set(MATRIX.arches)
+    rows = {v["name"]: v for v in data["arches"][ARCH]["variants"]}
+    assert list(rows) == [v.name for v in MATRIX.variants_for(ARCH)]
+    assert all(v["buildable"] is True for v in rows.values())  # gcc 12 accepts every x86 variant's flags
+    for name, row in rows.items():
+        assert row["runnable"] == host_runs(name), name
+    assert data["host"]["arch"] == ARCH
+
+
+def test_doctor_json_gives_a_fix_for_every_gap(native_host: None) -> None:
+    proc = cpubuild("doctor", "--json", check=False)
+    data = json.loads(proc.stdout)
+    failed_required = [c for c in data["checks"] if c["required"] and not c["ok"]]
+    assert proc.returncode == (1 if failed_required else 0)
+    assert data["ok"] == (not failed_required)
+    assert {c["section"] for c in data["checks"]} >= {"cpu", "build", "cross", "docker", "qemu"}
+    for check in data["checks"]:
+        assert check["ok"] or check["fix"], check
+    names = {c["name"] for c in data["checks"]}
+    assert {"cmake", "ninja", "auditwheel", "patchelf", "ccache"} <= names
+
+
+def test_doctor_names_the_fix_for_a_missing_tool(native_host: None, tmp_path: Path) -> None:
+    proc = cpubuild("doctor", env={"PATH": path_without("ninja", tmp_path)}, check=False)
+    assert proc.returncode == 1
+    assert "ninja" in proc.stdout and "apt-get install -y ninja-build" in proc.stdout
