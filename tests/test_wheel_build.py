@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO, require, require_tool, run
 from cpubuild.errors import BuildFailedError
 from cpubuild.matrix import load_matrix
 from cpubuild.wheelbuild import repair
 from packaging.utils import parse_wheel_filename
-
-from tests.conftest import REPO, require, require_tool, run
 
 MATRIX = load_matrix(REPO / "isa_matrix.toml")
 ARCH = "x86_64"

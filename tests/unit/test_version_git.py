@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 from cpubuild.errors import UsageError
 from cpubuild.wheelbuild import skbuild_version
 from cpubuild.wheelbuild.version import (
@@ -19,8 +20,6 @@ from cpubuild.wheelbuild.version import (
     version_from_git,
 )
 from packaging.version import Version
-
-from tests.conftest import require_tool
 
 
 def state(**kw: object) -> GitState:
