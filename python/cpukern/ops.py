@@ -82,11 +82,10 @@ def use_reference() -> Iterator[None]:
 def _kernel(op: str, dtype: str) -> Any:
     variant, reference = _target.get()
     if variant is None:
-        selection = _dispatch._state.get("selection")
-        if selection is None or selection is not _fast_for[0]:
+        selection = _dispatch.selection()  # cached; a new object after _dispatch.reset()
+        if selection is not _fast_for[0]:
             _fast.clear()
-            _dispatch.selection()
-            _fast_for[0] = _dispatch._state.get("selection")
+            _fast_for[0] = selection
         fn = _fast.get(op)
         if fn is None:
             fn = _fast[op] = _abi.function("cpukern_" + op)
