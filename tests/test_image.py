@@ -120,6 +120,17 @@ def arm64_runtime(daemon: None) -> dict[str, Any]:
     return built_json(cpubuild("image", "--platform", "linux/arm64", "--tag", f"{TAG}:runtime-arm64", "--json"))
 
 
+@pytest.fixture(scope="session")
+def amd64_build(amd64_runtime: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """The build stage (from the runtime build's layer cache when the tree is
+    unchanged) and the wheel it made, copied out with --output like buildx's
+    --output of the `wheel` stage."""
+    out = tmp_path_factory.mktemp("amd64-wheel")
+    image = built_json(cpubuild("image", "--platform", "linux/amd64", "--target", "build", "--tag", f"{TAG}:build-amd64", "--output", str(out), "--json"))
+    (wheel,) = out.glob("*.whl")
+    return image, wheel
+
+
 @pytest.fixture()
 def hostile_wheel(tmp_path: Path) -> Iterator[Path]:
     """A wheel whose manifest is fine but one member escapes the install folder."""
@@ -190,19 +201,28 @@ def test_missing_tcmalloc_is_a_warning_not_a_crash(amd64_runtime: dict[str, Any]
     assert json.loads(proc.stdout)["selected"] == amd64_runtime["selected"]
 
 
-def test_build_stage_exports_the_wheel_it_compiled(amd64_runtime: dict[str, Any], tmp_path: Path) -> None:
-    """--target build (from the runtime build's layer cache when the tree is unchanged);
-    --output copies the wheel it made, like buildx's --output of the `wheel` stage."""
-    proc = cpubuild("image", "--platform", "linux/amd64", "--target", "build", "--tag", f"{TAG}:build-amd64", "--output", str(tmp_path), "--json")
-    image = built_json(proc)
+def test_build_stage_exports_the_wheel_it_compiled(amd64_build: tuple[dict[str, Any], Path]) -> None:
+    image, wheel = amd64_build
     assert image["target"] == "build" and image["selected"] is None  # no smoke test in the build stage
-    (wheel,) = tmp_path.glob("*.whl")
     assert wheel.name.endswith("_x86_64.whl") and "manylinux" in wheel.name
     with zipfile.ZipFile(wheel) as zf:
         libraries = {n for n in zf.namelist() if n.startswith("cpukern/_cpukern_") and not n.endswith("probe.so")}
     assert len(libraries) == len(MATRIX.variants_for("x86_64"))
     compilers = docker_run(image["tag"], "sh", "-c", "command -v g++ cmake")
     assert compilers.returncode == 0 and "g++" in compilers.stdout  # the build stage does have them
+
+
+def test_test_stage_runs_the_package_checks_in_the_image(amd64_build: tuple[dict[str, Any], Path]) -> None:
+    """--target test from a given wheel: no compiling; the image build runs
+    python3 -m cpukern.selftest, and the image keeps NumPy for reruns."""
+    _, wheel = amd64_build
+    image = built_json(cpubuild("image", "--wheel", str(wheel), "--target", "test", "--tag", f"{TAG}:test-amd64", "--json"))
+    assert image["wheel_source"] == "given" and image["target"] == "test"
+    proc = docker_run(image["tag"], "python3", "-m", "cpukern.selftest", "--json", "--selected-only")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["failed"] == 0 and result["passed"] > 0
+    assert result["variant"] == image["selected"]
 
 
 def test_failing_step_names_stage_and_shows_its_log(daemon: None, hostile_wheel: Path) -> None:
