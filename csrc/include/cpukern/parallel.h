@@ -11,9 +11,11 @@ namespace cpukern {
 using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
 
 // Splits [0, n) into at most num_threads() contiguous ranges, each a multiple
-// of `grain` except the last, and runs fn on them; the caller runs the first.
-// Runs inline when n <= grain, when one thread is configured, or when another
-// caller holds the pool (concurrent Python threads: ctypes drops the GIL).
+// of `grain` except the last, and runs fn on them; the caller runs the first
+// (with CPUKERN_OMP_THREADS_BIND the pinned workers run them all, see
+// runtime/affinity.cpp). Runs inline when n <= grain, when one unpinned
+// thread is configured, or when another caller holds the pool (concurrent
+// Python threads: ctypes drops the GIL).
 void parallel_for_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx);
 
 template <class F>
