@@ -221,8 +221,21 @@ def test_all_variant_plan() -> None:
 
 
 def test_no_ccache_means_no_launcher() -> None:
-    cs = plan_for([], ccache=None).config_settings
-    assert not any("LAUNCHER" in key for key in cs)
+    plan = plan_for([], ccache=None)
+    assert not any("LAUNCHER" in key for key in plan.config_settings)
+    assert "CCACHE_IGNOREOPTIONS" not in plan.env
+
+
+def test_ccache_ignores_only_the_build_directory_prefix_map() -> None:
+    """Objects do not depend on the build directory (it is mapped away), so every ISA set shares them."""
+    assert plan_for([]).env["CCACHE_IGNOREOPTIONS"] == "-ffile-prefix-map=/cache/build/*"
+    isa = resolve_isa_set(MATRIX, "x86_64", [])
+    plan = make_plan(
+        matrix=MATRIX, project=Path("/src"), isa=isa, platform="linux-native", source=SOURCE,
+        build_root=Path("/cache/build"), out_dir=Path("/out"), frontend="build", isolated=False,
+        jobs=2, ccache="/usr/bin/ccache", repair=True, clean=False, inherited_ccache_ignore="-fmessage-length=*",
+    )
+    assert plan.env["CCACHE_IGNOREOPTIONS"] == "-fmessage-length=* -ffile-prefix-map=/cache/build/*"
 
 
 def test_each_set_has_its_own_build_dir() -> None:

@@ -61,6 +61,7 @@ def plan_from_options(
         repair=options.repair,
         clean=options.clean,
         verbose=verbose,
+        inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
     )
 
 

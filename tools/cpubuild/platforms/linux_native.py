@@ -10,13 +10,12 @@ from pathlib import Path
 
 from ..matrix import Arch
 from ..wheelbuild import glibc
+from ..wheelbuild.cache import cache_dir
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
 from ..wheelbuild.repair import Repaired, repair_linux
 from ..wheelbuild.tools import Requirement, apt_fix, pip_fix
 from . import BuildSetup, Host, Log, Toolchain
-
-SYMVER_HEADER = "cpubuild-symver.h"
 
 
 def common_requirements() -> list[Requirement]:
@@ -46,8 +45,7 @@ def compiler_commands(environ: Mapping[str, str], default_c: str, default_cxx: s
 
 def linux_setup(plan: BuildPlan, toolchain: Toolchain, log: Log) -> BuildSetup:
     """Settings shared by every Linux platform: explicit compilers and the glibc symbol-version header."""
-    header = plan.build_dir / SYMVER_HEADER
-    count = glibc.write_header(toolchain.cxx.command, plan.manylinux, header)
+    header, count = glibc.write_header(toolchain.cxx.command, plan.manylinux, cache_dir() / "symver")
     log(f"glibc symbol versions: {count} bindings for {plan.manylinux} in {header}")
     return BuildSetup(
         config_settings={

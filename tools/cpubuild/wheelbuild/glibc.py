@@ -12,7 +12,8 @@ against) and the policy's symbol-version ceilings from auditwheel's policy
 table, and writes a header of ``.symver`` directives binding every symbol whose
 default version is above the ceiling to the newest version at or below it -
 exactly the version a build on a manylinux_2_28 system would have bound. The
-build force-includes it (CMake ``CPUKERN_SYMVER_HEADER``). Symbols without such
+build force-includes it (CMake ``CPUKERN_SYMVER_HEADER``; the file lives in
+cpubuild's cache directory under a content-addressed name). Symbols without such
 an older version are left alone: auditwheel then reports the higher floor and
 `cpubuild wheel` names the symbol.
 """
@@ -20,6 +21,7 @@ an older version are left alone: auditwheel then reports the higher floor and
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -159,11 +161,19 @@ def render_header(found: Sequence[Directive], tag: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_header(compiler: Sequence[str], tag: str, dest: Path) -> int:
-    """Writes the header (only when its content changes, so rebuilds stay no-ops); returns the directive count."""
+def write_header(compiler: Sequence[str], tag: str, directory: Path) -> tuple[Path, int]:
+    """Writes the header into `directory` under a content-addressed name; returns (path, directive count).
+
+    The name depends only on the content, so every build directory of every
+    ISA set includes the very same path: compile commands stay identical
+    across build directories (ccache hits when switching sets) and an
+    unchanged header never triggers a rebuild."""
     found = directives(compiler, tag)
     text = render_header(found, tag)
+    dest = directory / f"symver-{tag}-{cache.digest(text)[:16]}.h"
     if not dest.is_file() or dest.read_text(encoding="utf-8") != text:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text, encoding="utf-8")
-    return len(found)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, dest)
+    return dest, len(found)

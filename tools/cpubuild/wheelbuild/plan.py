@@ -181,14 +181,24 @@ def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose
     return settings
 
 
-def build_env(*, version: str, source_date_epoch: int, jobs: int) -> dict[str, str]:
-    return {
+def build_env(
+    *, version: str, source_date_epoch: int, jobs: int, ccache: str | None = None, build_root: Path | None = None,
+    inherited_ignore: str = "",
+) -> dict[str, str]:
+    env = {
         ENV_BUILD_VERSION: version,
         "SOURCE_DATE_EPOCH": str(source_date_epoch),
         "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
         # Locale-independent compiler messages in the log tail we show.
         "LC_ALL": "C",
     }
+    if ccache and build_root is not None and " " not in str(build_root):
+        # The build directory enters compile commands only through
+        # -ffile-prefix-map=<build dir>=build, which maps it away: the objects
+        # do not depend on it, so it is left out of ccache's hash and every
+        # ISA set's build directory shares compiled objects.
+        env["CCACHE_IGNOREOPTIONS"] = " ".join(filter(None, [inherited_ignore, f"-ffile-prefix-map={build_root}/*"]))
+    return env
 
 
 def make_plan(
@@ -209,13 +219,15 @@ def make_plan(
     verbose: bool = False,
     extra_settings: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
+    inherited_ccache_ignore: str = "",
 ) -> BuildPlan:
     arch = matrix.arches[isa.arch]
     build_dir = build_dir_for(build_root, isa.arch, isa)
     version = source.with_label(isa.label)
     settings = config_settings(isa=isa, build_dir=build_dir, ccache=ccache, verbose=verbose)
     settings.update(extra_settings or {})
-    env = build_env(version=version, source_date_epoch=source.source_date_epoch, jobs=jobs)
+    env = build_env(version=version, source_date_epoch=source.source_date_epoch, jobs=jobs, ccache=ccache,
+                    build_root=build_root, inherited_ignore=inherited_ccache_ignore)
     env.update(extra_env or {})
     return BuildPlan(
         project=project,
