@@ -1,9 +1,11 @@
 """Wall times of `cpubuild wheel`, measured side by side in one run.
 
-* clean all-variant build (fresh build directory, ccache disabled)
+* clean all-variant build (fresh build directory, empty ccache)
 * clean single-variant build (one optional variant; the baseline is always in)
 * clean baseline-only build (for reference)
 * rebuild of the all-variant wheel with nothing changed
+* with ccache: the all-variant wheel in a new build directory, and switching
+  to the single-variant set, both served by the all-variant build's cache
 
 and the ratios against their targets: all-variant <= 2x single-variant,
 no-change rebuild <= 20% of a clean build. The version and SOURCE_DATE_EPOCH
@@ -58,21 +60,31 @@ def main() -> int:
     single = args.single or next(v.name for v in matrix.variants_for(arch) if not v.is_baseline)
     pinned = source_version(project, project / "python/cpukern/_version.py", os.environ)
     env = {"CPUBUILD_VERSION": pinned.text, "SOURCE_DATE_EPOCH": str(pinned.source_date_epoch)}
-    cold = {**env, "CCACHE_DISABLE": "1"}
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
+    has_ccache = shutil.which("ccache") is not None
+
+    def cache(name: str) -> dict[str, str]:
+        """Clean builds start from an empty private ccache (or none): no object is reused."""
+        return {**env, "CCACHE_DIR": str(work / f"ccache-{name}")} if has_ccache else env
+
     common = ("--jobs", str(args.jobs))
     print(f"project {project} ({arch}, {args.jobs} jobs, version pinned to {pinned.text}); work dir {work}")
 
     rows: list[tuple[str, float, dict[str, Any]]] = []
-    t_all, s_all = build(project, work / "all", work / "out-all", cold, *common)
+    t_all, s_all = build(project, work / "all", work / "out-all", cache("all"), *common)
     rows.append(("clean all-variant", t_all, s_all))
-    t_single, s_single = build(project, work / "single", work / "out-single", cold, "--isa", single, *common)
+    t_single, s_single = build(project, work / "single", work / "out-single", cache("single"), "--isa", single, *common)
     rows.append((f"clean single-variant (--isa {single})", t_single, s_single))
-    t_base, s_base = build(project, work / "baseline", work / "out-baseline", cold, "--isa", "baseline", *common)
+    t_base, s_base = build(project, work / "baseline", work / "out-baseline", cache("baseline"), "--isa", "baseline", *common)
     rows.append(("clean baseline-only", t_base, s_base))
-    t_again, s_again = build(project, work / "all", work / "out-again", env, *common)
+    t_again, s_again = build(project, work / "all", work / "out-again", cache("all"), *common)
     rows.append(("all-variant rebuild, nothing changed", t_again, s_again))
+    if has_ccache:
+        t_warm, s_warm = build(project, work / "all-warm", work / "out-warm", cache("all"), *common)
+        rows.append(("all-variant, new build dir, ccache warm", t_warm, s_warm))
+        t_switch, s_switch = build(project, work / "switch", work / "out-switch", cache("all"), "--isa", single, *common)
+        rows.append((f"--isa {single} after the all-variant build", t_switch, s_switch))
     identical = Path(s_all["wheel"]["path"]).read_bytes() == Path(s_again["wheel"]["path"]).read_bytes()
 
     print(f"\n{'build':<44} {'wall s':>8}  variants  stages (s)")
