@@ -141,6 +141,9 @@ def build(arch: str, variant: str) -> Path:
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-4000:]}"
     os.replace(work / "driver", exe)  # atomic: a concurrent run sees all or nothing
     shutil.rmtree(work, ignore_errors=True)
+    for old in CACHE.glob(f"{arch}-{variant}-*"):  # drivers of older sources
+        if old != exe and old.is_file():
+            old.unlink(missing_ok=True)
     return exe
 
 

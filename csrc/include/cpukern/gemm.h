@@ -16,6 +16,7 @@
 // vpdpbusd path multiplies (a + 128) as unsigned and subtracts 128 * colsum.
 #pragma once
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -215,18 +216,18 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     // microseconds, far more on a loaded machine)
     const int64_t item_flops = 2 * bl.mc * bl.nc * (Kp > 0 ? Kp : 1);
     const int64_t grain = ceil_div(int64_t(4) << 20, item_flops);
-    bool ok = true;
+    std::atomic<bool> ok{true};
     parallel_for(mblocks * nblocks, grain, [&](int64_t i0, int64_t i1) {
         Acc* c = static_cast<Acc*>(c_scratch().get(size_t(bl.mc * bl.nc) * sizeof(Acc)));
         if (!c) {
-            ok = false;
+            ok.store(false);
             return;
         }
         uint8_t* prep = nullptr;
         if constexpr (PrepB<Kn>::value) {
             prep = static_cast<uint8_t*>(b_scratch().get(size_t(bl.kc * NR) * sizeof(typename Kn::BPrep)));
             if (!prep) {
-                ok = false;
+                ok.store(false);
                 return;
             }
         }
@@ -258,7 +259,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
         }
         Kn::end();
     });
-    return ok;
+    return ok.load();
 }
 
 // ------------------------------------------------------------- epilogues
