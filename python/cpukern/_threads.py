@@ -12,8 +12,8 @@
   of them (for the framework's own threads); one pinned worker per CPU.
 - a CPU list such as `0-3,8` (or one list per rank: `0-31|32-63`): one
   pinned worker per listed CPU.
-CPUKERN_NUM_THREADS, when set, overrides the worker count of a binding
-(workers are pinned round robin).
+CPUKERN_NUM_THREADS, when a positive integer, overrides the worker count of a
+binding (workers are pinned round robin); other values are ignored.
 
 The plan is computed here by a pure function (`plan_threads`), handed to the
 variant library when it is loaded and applied by the library when it starts
@@ -115,12 +115,19 @@ def _count(env: Mapping[str, str], name: str, *, minimum: int) -> int | None:
     return int(raw)
 
 
+def _threads_override(env: Mapping[str, str]) -> int | None:
+    """CPUKERN_NUM_THREADS; like the library, values that are not a positive
+    integer are ignored (docs/dispatch.md)."""
+    raw = env.get(ENV_THREADS, "").strip()
+    return int(raw) if re.fullmatch(r"\d+", raw) and int(raw) > 0 else None
+
+
 def plan_threads(env: Mapping[str, str], allowed: frozenset[int], topology: Topology) -> ThreadPlan:
     """The worker pool plan for an environment, the CPUs this process may
     use (sched_getaffinity) and the machine's topology. Pure."""
     spec = env.get(ENV_BIND, "").strip()
     reserved = _count(env, ENV_RESERVED, minimum=0) or 0
-    threads = _count(env, ENV_THREADS, minimum=1)
+    threads = _threads_override(env)
     rank = 0
     for name in ENV_RANK:
         if env.get(name, "").strip():
@@ -236,7 +243,7 @@ def report() -> dict[str, Any]:
     except ThreadBindError as exc:
         result["error"] = str(exc)
         return result
-    default = _count(os.environ, ENV_THREADS, minimum=1) or len(allowed)
+    default = _threads_override(os.environ) or len(allowed)
     result.update(
         mode=plan.mode,
         threads=plan.threads if plan.threads is not None else default,

@@ -107,6 +107,9 @@ def test_list_outside_the_affinity_mask_is_refused() -> None:
 def test_num_threads_overrides_the_count() -> None:
     p = plan({"CPUKERN_OMP_THREADS_BIND": "0-1", "CPUKERN_NUM_THREADS": "4"})
     assert (p.cpus, p.threads) == ((0, 1), 4)
+    for ignored in ("0", "-2", "many", ""):  # as the library does: not a positive integer -> unset
+        assert plan({"CPUKERN_OMP_THREADS_BIND": "0-1", "CPUKERN_NUM_THREADS": ignored}).threads == 2
+        assert plan({"CPUKERN_NUM_THREADS": ignored}).threads is None
 
 
 def test_auto_one_cpu_per_core_of_the_rank_node() -> None:
@@ -141,7 +144,6 @@ def test_auto_without_topology_uses_the_mask() -> None:
     [
         ({"CPUKERN_NUM_OF_RESERVED_CPU": "-1"}, "CPUKERN_NUM_OF_RESERVED_CPU: expected an integer >= 0, got '-1'"),
         ({"CPUKERN_NUM_OF_RESERVED_CPU": "one"}, "CPUKERN_NUM_OF_RESERVED_CPU"),
-        ({"CPUKERN_NUM_THREADS": "0"}, "CPUKERN_NUM_THREADS: expected an integer >= 1"),
         ({"LOCAL_RANK": "x"}, "LOCAL_RANK: expected an integer >= 0"),
         ({"CPUKERN_OMP_THREADS_BIND": "all"}, "'all' is not a CPU number or range"),
         ({"CPUKERN_OMP_THREADS_BIND": "0-1|", "LOCAL_RANK": "1"}, "empty CPU list"),
