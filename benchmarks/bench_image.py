@@ -3,9 +3,9 @@
     python benchmarks/bench_image.py [--arm64] [--json]
 
 amd64 (this host): a clean build (no layer cache: the build stage installs the
-toolchain and compiles every variant), the same image from the wheel that
-build made (`--wheel`, no layer cache: assembly only), and a rebuild with
-nothing changed (layer cache). Sizes: runtime vs build stage vs base image.
+toolchain and compiles every variant), a rebuild with nothing changed (layer
+cache), and the same image from the wheel that build made (`--wheel`, no
+layer cache: assembly only). Everything runs from a snapshot of the tree. Sizes: runtime vs build stage vs base image.
 --arm64 adds the cross-compiled wheel (`cpubuild wheel --arch aarch64`) and the
 arm64 image assembled from it under QEMU. Images are tagged cpubuild-bench/*.
 Needs a running Docker daemon (scripts/setup.sh).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,12 +28,26 @@ REPO = Path(__file__).resolve().parents[1]
 TAG = "cpubuild-bench/cpukern"
 
 
-def cpubuild(*args: str) -> tuple[dict[str, Any], float]:
-    """Runs the CLI with --json; (its summary, wall seconds)."""
+def snapshot(dest: Path) -> Path:
+    """A copy of the source tree (what a build context holds), so that edits or
+    commits made while the benchmark runs cannot turn a cached rebuild into a
+    clean one. Without .git, its wheels get the tree's base version."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from cpubuild.docker.context import source_files
+
+    for rel in source_files(REPO):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, target, follow_symlinks=False)
+    return dest
+
+
+def cpubuild(tree: Path, *args: str) -> tuple[dict[str, Any], float]:
+    """Runs the tree's CLI with --json; (its summary, wall seconds)."""
     cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", *args, "--json"]
-    env = dict(os.environ, PYTHONPATH=str(REPO / "tools"))
+    env = dict(os.environ, PYTHONPATH=str(tree / "tools"))
     start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"cpubuild {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -44,13 +59,13 @@ def image_size(tag: str) -> int:
     return int(out.stdout.strip())
 
 
-def amd64(tmp: Path) -> dict[str, Any]:
-    clean, clean_s = cpubuild("image", "--platform", "linux/amd64", "--tag", f"{TAG}:runtime-amd64", "--no-cache")
+def amd64(tree: Path, tmp: Path) -> dict[str, Any]:
+    clean, clean_s = cpubuild(tree, "image", "--platform", "linux/amd64", "--tag", f"{TAG}:runtime-amd64", "--no-cache")
+    _, warm_s = cpubuild(tree, "image", "--platform", "linux/amd64", "--tag", f"{TAG}:runtime-amd64")
     wheel_dir = tmp / "amd64"
-    build, _ = cpubuild("image", "--platform", "linux/amd64", "--target", "build", "--tag", f"{TAG}:build-amd64", "--output", str(wheel_dir))
+    build, _ = cpubuild(tree, "image", "--platform", "linux/amd64", "--target", "build", "--tag", f"{TAG}:build-amd64", "--output", str(wheel_dir))
     (wheel,) = wheel_dir.glob("*.whl")
-    prebuilt, prebuilt_s = cpubuild("image", "--wheel", str(wheel), "--tag", f"{TAG}:runtime-amd64-wheel", "--no-cache")
-    _, warm_s = cpubuild("image", "--platform", "linux/amd64", "--tag", f"{TAG}:runtime-amd64")
+    prebuilt, prebuilt_s = cpubuild(tree, "image", "--wheel", str(wheel), "--tag", f"{TAG}:runtime-amd64-wheel", "--no-cache")
     runtime = clean["images"][0]
     return {
         "selected": runtime["selected"],
@@ -65,11 +80,11 @@ def amd64(tmp: Path) -> dict[str, Any]:
     }
 
 
-def arm64(tmp: Path) -> dict[str, Any]:
+def arm64(tree: Path, tmp: Path) -> dict[str, Any]:
     out = tmp / "arm64"
-    _, cross_s = cpubuild("wheel", "--arch", "aarch64", "--out", str(out))
+    _, cross_s = cpubuild(tree, "wheel", "--arch", "aarch64", "--out", str(out))
     (wheel,) = out.glob("*.whl")
-    image, image_s = cpubuild("image", "--wheel", str(wheel), "--tag", f"{TAG}:runtime-arm64", "--no-cache")
+    image, image_s = cpubuild(tree, "image", "--wheel", str(wheel), "--tag", f"{TAG}:runtime-arm64", "--no-cache")
     runtime = image["images"][0]
     return {
         "selected": runtime["selected"],
@@ -86,9 +101,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-image-") as tmp:
-        result: dict[str, Any] = {"amd64": amd64(Path(tmp))}
+        tree = snapshot(Path(tmp) / "tree")
+        result: dict[str, Any] = {"amd64": amd64(tree, Path(tmp))}
         if args.arm64:
-            result["arm64"] = arm64(Path(tmp))
+            result["arm64"] = arm64(tree, Path(tmp))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
