@@ -22,7 +22,7 @@ from ..matrix import MatrixError, load_matrix
 @click.option("--platform", "platforms", multiple=True, help="linux/amd64, linux/arm64, linux/s390x (comma-separated or repeated); default: this host's.")
 @click.option("--force", is_flag=True, help="Rebuild the image even when the local one is current.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-@click.option("-q", "--quiet", count=True, help="Less output.")
+@click.option("-q", "--quiet", count=True, help="No progress and no summary (errors still print).")
 @click.option("-v", "--verbose", count=True, help="More output (-v: the whole build log).")
 def command(platforms: tuple[str, ...], force: bool, as_json: bool, quiet: int, verbose: int) -> None:
     """Build cpubuild/debian:bookworm-<arch> from debootstrap (python3 + tcmalloc)."""
@@ -30,7 +30,7 @@ def command(platforms: tuple[str, ...], force: bool, as_json: bool, quiet: int, 
     from ..docker.engine import Engine
     from ..docker.progress import ConsoleProgress
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, quiet=bool(quiet))
     try:
         matrix = load_matrix()
     except MatrixError as exc:

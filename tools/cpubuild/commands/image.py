@@ -170,7 +170,7 @@ def _version_args() -> dict[str, str]:
     return {"CPUBUILD_VERSION": version.text, "SOURCE_DATE_EPOCH": str(version.source_date_epoch)}
 
 
-def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console) -> Path:
+def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console, verbosity: int) -> Path:
     """Cross-compiles the wheel of a foreign platform on the host with `cpubuild wheel --arch`."""
     isa = "all" if spec.isas is None else ",".join(spec.isas)
     cmd = [
@@ -187,12 +187,17 @@ def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console) -> Path:
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tools"), os.environ.get("PYTHONPATH")])))
     console.print(f"cross-compiling the {spec.arch.name} wheel on the host: cpubuild wheel --arch {spec.arch.name} --isa {isa}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    if verbosity >= 1:  # its own live log, on stderr (stdout may carry --json)
+        proc = subprocess.run([*cmd, "-v"], stdout=sys.stderr, text=True, env=env, cwd=REPO)
+        output = "(its log is above)"
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+        output = (proc.stdout + proc.stderr)[-3000:]
     wheels = sorted(out.glob("*.whl"))
     if proc.returncode != 0 or len(wheels) != 1:
         raise DockerError(
             f"cross-compiling the {spec.arch.name} wheel for {spec.platform} failed",
-            detail=(proc.stdout + proc.stderr)[-3000:] + f"\nfix: build it yourself and pass --wheel PATH (cpubuild wheel --arch {spec.arch.name})",
+            detail=output + f"\nfix: build it yourself and pass --wheel PATH (cpubuild wheel --arch {spec.arch.name})",
         )
     return wheels[0]
 
@@ -243,7 +248,7 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
         wheel_source = "given" if wheel is not None else "build stage"
         if wheel is None and spec.arch != host_arch(matrix):
             wheel_source = "cross-compiled"
-            wheel = _cross_wheel(spec, Path(tmp), console)
+            wheel = _cross_wheel(spec, Path(tmp), console, verbosity)
             spec = plan.ImageSpec(arch=spec.arch, isas=spec.isas, target=spec.target, tag=spec.tag, base=spec.base, wheel=wheel)
         context = build_context(REPO, wheel=wheel, ca_certificates=opts["ca_certificates"])
         args = spec.build_args(matrix)
@@ -322,7 +327,7 @@ def _write_bake(matrix: Matrix, specs: list[plan.ImageSpec], path: Path, console
 @click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
 @click.option("--sync-dockerfile", is_flag=True, help="Rewrite docker/Dockerfile's CPUKERN_CPU_* args from isa_matrix.toml and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-@click.option("-q", "--quiet", count=True, help="Less output.")
+@click.option("-q", "--quiet", count=True, help="No progress; print only the built tags (errors still print).")
 @click.option("-v", "--verbose", count=True, help="More output (-v: the whole build log).")
 def command(
     isa: tuple[str, ...],
@@ -343,7 +348,7 @@ def command(
     verbose: int,
 ) -> None:
     """Build per-ISA, multi-arch container images (docker/Dockerfile)."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, quiet=bool(quiet))
     matrix = _load_matrix()
     if sync_dockerfile:
         text = DOCKERFILE.read_text(encoding="utf-8")
@@ -392,6 +397,10 @@ def command(
     built = [_build_one(engine, matrix, spec, opts, console, verbosity) for spec in specs]
     if as_json:
         click.echo(json.dumps({"images": [b.to_json() for b in built]}, indent=2))
+        return
+    if quiet:
+        for b in built:
+            click.echo(b.spec.tag)
         return
     for b in built:
         picked = f", selects {b.selected}" if b.selected else ""
