@@ -52,10 +52,12 @@ def build_wheel(arch: str, root: Path, out: Path, env: dict[str, str], jobs: int
 
 
 def compile_commands(matrix: Matrix, arch: str, variant: str, compiler: str, src: Path, obj: Path) -> list[list[str]]:
-    """One command per translation unit of the variant library, then the link."""
+    """One command per translation unit of the variant library, then the link.
+    `src`/`obj` are paths as the compiler sees them (inside a chroot or not)."""
     flags = [*COMMON_FLAGS, *matrix.variant(arch, variant).flags_for("gcc"), f"-I{src / 'csrc/include'}",
              f'-DCPUKERN_VARIANT_NAME="{variant}"']
-    sources = sorted([*(src / "csrc/kernels").glob("*.cpp"), *(src / "csrc/runtime").glob("*.cpp")])
+    names = sorted([*(REPO / "csrc").glob("kernels/*.cpp"), *(REPO / "csrc").glob("runtime/*.cpp")])
+    sources = [src / "csrc" / p.relative_to(REPO / "csrc") for p in names]
     commands = [[compiler, *flags, "-c", str(s), "-o", str(obj / (s.stem + ".o"))] for s in sources]
     commands.append([compiler, "-shared", "-pthread", *[str(obj / (s.stem + ".o")) for s in sources], "-o", str(obj / f"_cpukern_{variant}.so")])
     return commands
