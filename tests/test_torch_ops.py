@@ -84,6 +84,7 @@ def test_registered_schemas_declare_mutations() -> None:
         assert written == mutated, f"{name}: {schema}"
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit internals opcheck uses
 def test_opcheck() -> None:
     """torch's own checks: schema vs real mutations, fake tensors, AOT dispatch."""
     cpukern.register_torch_ops()
@@ -100,6 +101,7 @@ def test_opcheck() -> None:
         assert all(v == "SUCCESS" for v in result.values()), f"{op}: {result}"
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_torch_compile_fullgraph() -> None:
     """Inductor end to end (aot_eager runs in test_registration_follows_torch_import)."""
     eager = example_inputs(torch.bfloat16, seed=1)
