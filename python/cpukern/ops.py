@@ -94,16 +94,16 @@ def _kernel(op: str, dtype: str) -> Any:
         lib = _dispatch.load_variant(variant)
         fn = _abi.function(("cpukern_ref_" if reference else "cpukern_") + op, lib)
     if dtype == "float16":
-        _require_float16(lib if lib is not None else _dispatch.library())
+        _require_float16(lib if lib is not None else _dispatch.library(), variant or _dispatch.selected_isa())
     return fn
 
 
-def _require_float16(lib: Any) -> None:
+def _require_float16(lib: Any, variant: str) -> None:
     ok = _float16_ok.get(id(lib))
     if ok is None:
         ok = _float16_ok[id(lib)] = bool(_abi.function("cpukern_has_float16", lib)())
     if not ok:
-        raise TypeError(f"float16 is not supported by the {_dispatch.selected_isa()} kernels on this platform")
+        raise TypeError(f"dtype float16 is not supported on this platform (variant {variant} has no half-precision type)")
 
 
 def _run(op: str, dtype: str, *args: Any) -> int:
