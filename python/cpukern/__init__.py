@@ -70,8 +70,9 @@ def __dir__() -> list[str]:
 
 def register_torch_ops() -> None:
     """Registers the ops as torch.ops.cpukern.* (imports torch). Done
-    automatically when torch is imported before cpukern, or on the first op
-    call with a torch tensor; call it before torch.compile otherwise."""
+    automatically when torch is imported before cpukern and on the first op
+    call with a torch tensor (eager or traced by torch.compile); call it to
+    use torch.ops.cpukern.* directly before any of those happened."""
     from . import _torch
 
     _torch.register()
