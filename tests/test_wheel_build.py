@@ -101,7 +101,8 @@ def native_host() -> None:
 
 
 @pytest.fixture(scope="session")
-def subset_wheel(native_host: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def subset_wheel(all_wheel: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    # built after the all-variant wheel: its objects come from ccache (ISA sets share them)
     head = git_head()
     summary = build("--isa", SUBSET, "--out", str(tmp_path_factory.mktemp("subset")), "--build-root", str(cache_root() / "root"))
     summary["_git"] = head
