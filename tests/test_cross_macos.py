@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, require, require_tool
 from cpubuild.matrix import load_matrix
 from cpubuild.platforms.macos import macho_problems, parse_tag, read_macho
 from cpubuild.rootfs import cache_dir
-
-from tests.conftest import REPO, require, require_tool, run
+from cross_cmake import build_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.cross]
 
@@ -71,10 +71,8 @@ def build_dir() -> Path:
     require(importlib.util.find_spec("ziglang") is not None, "the ziglang package is not installed (pip install ziglang; scripts/setup.sh does)")
     require_tool("cmake", "ninja")
     build = Path(os.environ.get("CPUBUILD_TEST_CACHE") or cache_dir() / "wheel-tests") / "zig-macos"
-    run(["cmake", "-S", str(REPO), "-B", str(build), "-G", "Ninja",
-         f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'cmake/toolchains/zig-macos.cmake'}", f"-DCPUKERN_ZIG_PYTHON={sys.executable}"],
-        timeout=1800)
-    run(["cmake", "--build", str(build), "-j2"], timeout=1800)
+    build_here(build, f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'cmake/toolchains/zig-macos.cmake'}",
+               f"-DCPUKERN_ZIG_PYTHON={sys.executable}")
     return build
 
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO, require, require_tool, run
 from cpubuild.matrix import load_matrix
 from cpubuild.rootfs import RootfsSpec, cache_dir, ensure_rootfs
-
-from tests.conftest import REPO, require, require_tool, run
+from cross_cmake import build_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu, pytest.mark.cross]
 
@@ -217,8 +217,7 @@ def amx_build() -> Path:
     require_tool("g++", "cmake", "ninja", "objdump")
     build = build_root() / "amx-libraries"
     launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
-    run(["cmake", "-S", str(REPO), "-B", str(build), "-G", "Ninja", "-DCPUKERN_ISA=amx", *launcher], timeout=1800)
-    run(["cmake", "--build", str(build), "-j2"], timeout=1800)
+    build_here(build, "-DCPUKERN_ISA=amx", *launcher)
     return build
 
 
