@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO, require, require_tool
 from cpubuild.docker.base import base_tag
 from cpubuild.matrix import Matrix, load_matrix
-
-from tests.conftest import REPO, require, require_tool
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

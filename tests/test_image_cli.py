@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from cpubuild.docker import bake
 from cpubuild.matrix import load_matrix
-
-from tests.conftest import REPO
 
 DEAD_SOCKET = "unix:///nonexistent/cpubuild-test-docker.sock"
 

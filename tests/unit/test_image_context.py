@@ -8,9 +8,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 from cpubuild.docker.context import build_context, source_files
-
-from tests.conftest import require_tool
 
 
 def _tree(root: Path) -> None:
