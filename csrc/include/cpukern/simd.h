@@ -107,32 +107,25 @@ inline uint16_t bf16_bits_rne(float f) {
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define CPUKERN_HAVE_FLOAT16 1
 #define CPUKERN_FLOAT16_ACLE 1
-inline float to_float(f16_t x) {
-    __fp16 h;
-    std::memcpy(&h, &x.bits, 2);
-    return static_cast<float>(h);
-}
-inline uint16_t f16_bits(float f) {
-    __fp16 h = static_cast<__fp16>(f);
-    uint16_t b;
-    std::memcpy(&b, &h, 2);
-    return b;
-}
+typedef __fp16 native_half;
 #elif defined(__FLT16_MAX__) && !defined(__s390x__)
 #define CPUKERN_HAVE_FLOAT16 1
+typedef _Float16 native_half;
+#else
+#define CPUKERN_HAVE_FLOAT16 0
+#endif
+#if CPUKERN_HAVE_FLOAT16
 inline float to_float(f16_t x) {
-    _Float16 h;
+    native_half h;
     std::memcpy(&h, &x.bits, 2);
     return static_cast<float>(h);
 }
 inline uint16_t f16_bits(float f) {
-    _Float16 h = static_cast<_Float16>(f);
+    native_half h = static_cast<native_half>(f);
     uint16_t b;
     std::memcpy(&b, &h, 2);
     return b;
 }
-#else
-#define CPUKERN_HAVE_FLOAT16 0
 #endif
 
 template <class T> inline T from_float(float f);
