@@ -95,6 +95,9 @@ def test_failure_messages_name_the_variant() -> None:
     assert "variant 'avx512'" in failure_message(stage="compile", target="avx512", returncode=1)
     assert "configure" in failure_message(stage="configure", target="amx", returncode=1)
     assert "probe" in failure_message(stage="compile", target="probe", returncode=1)
+    assert "csrc/runtime" in failure_message(stage="compile", target="runtime", returncode=1)
+    runtime = frontend.parse_line("FAILED: CMakeFiles/cpukern_runtime.dir/csrc/runtime/parallel.cpp.o ")
+    assert runtime is not None and runtime.target == "runtime"
     log = "\n".join([f"line {i}" for i in range(100)] + ["FAILED: x.o", "error: boom", "ninja: build stopped"])
     assert log_tail(log).startswith("FAILED: x.o")
     assert log_tail("\n".join(str(i) for i in range(100))).splitlines()[-1] == "99"

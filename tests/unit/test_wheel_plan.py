@@ -223,12 +223,14 @@ def test_all_variant_plan() -> None:
 def test_no_ccache_means_no_launcher() -> None:
     plan = plan_for([], ccache=None)
     assert not any("LAUNCHER" in key for key in plan.config_settings)
-    assert "CCACHE_IGNOREOPTIONS" not in plan.env
+    assert "CCACHE_IGNOREOPTIONS" not in plan.env and "CCACHE_BASEDIR" not in plan.env
 
 
 def test_ccache_ignores_only_the_build_directory_prefix_map() -> None:
     """Objects do not depend on the build directory (it is mapped away), so every ISA set shares them."""
     assert plan_for([]).env["CCACHE_IGNOREOPTIONS"] == "-ffile-prefix-map=/cache/build/*"
+    # unity files live in the build directories: hashed relative to the root
+    assert plan_for([]).env["CCACHE_BASEDIR"] == "/cache/build"
     isa = resolve_isa_set(MATRIX, "x86_64", [])
     plan = make_plan(
         matrix=MATRIX, project=Path("/src"), isa=isa, platform="linux-native", source=SOURCE,

@@ -198,6 +198,11 @@ def build_env(
         # do not depend on it, so it is left out of ccache's hash and every
         # ISA set's build directory shares compiled objects.
         env["CCACHE_IGNOREOPTIONS"] = " ".join(filter(None, [inherited_ignore, f"-ffile-prefix-map={build_root}/*"]))
+        # Each variant's unity file lives in its build directory: with the
+        # build root as ccache's base_dir its path hashes relative to the
+        # working directory (CMakeFiles/.../Unity/unity_0_cxx.cxx), the same
+        # in every build directory.
+        env["CCACHE_BASEDIR"] = str(build_root)
     return env
 
 

@@ -65,6 +65,8 @@ def failure_message(*, stage: str | None, target: str | None, returncode: int) -
         return f"CMake configure failed for variant {target!r} (exit {returncode})"
     if target == "probe":
         return f"the CPU probe library failed to build (exit {returncode})"
+    if target == "runtime":  # csrc/runtime: compiled once, linked into every variant
+        return f"the shared runtime objects (csrc/runtime) failed to compile (exit {returncode})"
     if target:
         return f"compile failed in variant {target!r} (exit {returncode})"
     return f"the wheel build failed during {stage or 'start-up'} (exit {returncode})"
