@@ -200,15 +200,35 @@ def test_silu_and_mul(variant: str, dtype: str, shape: tuple[int, int]) -> None:
     assert_close(ref, np_silu_and_mul(x), dtype, what="scalar reference vs numpy float64")
 
 
-def test_silu_and_mul_extremes() -> None:
-    x = np.array([[-1e4, -100.0, -88.0, -20.0, 0.0, 20.0, 88.0, 1e4, 2, 2, 2, 2, 2, 2, 2, 2]], np.float32)
+# Both ends of the exp's range (88.72: float32's exp overflows there). Not in
+# the list: a in (-103, -88.72), where exp(-a) overflows float32 so the kernels,
+# the float32 scalar reference and torch give -0 while the exact silu is a tiny
+# normal float.
+EXTREMES = [-1e30, -1e4, -105.0, -88.7, -88.5, -88.0, -87.5, -20.0, -0.0, 0.0, 20.0, 87.5, 88.0, 88.5, 1e4, 1e30]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16 takes the cheaper degree-5 exp
+def test_silu_and_mul_extremes(dtype: str) -> None:
+    """Both ends of the exp's clamped range and the overflow fix-up."""
+    x = np.array([EXTREMES + [2.0] * len(EXTREMES)], DTYPES[dtype])
     with np.errstate(over="ignore"):
         want = np_silu_and_mul(x)
     for variant in VARIANTS:
         got = run_on(variant, lambda: cpukern.silu_and_mul(x))
         assert np.isfinite(got).all(), f"{variant}: {got}"
-        # results below float32's normal range (silu(-100) ~ -4e-42) may flush to zero
-        assert_close(got, want, "float32", what=variant, ulps=2, atol=2.0**-126)
+        # results below float32's normal range (silu(-105) ~ -2e-44) may flush to zero
+        assert_close(got, want, dtype, what=variant, ulps=2, atol=2.0**-126)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_silu_and_mul_propagates_nan_and_inf(dtype: str) -> None:
+    x = np.array([[np.nan, np.inf, -np.inf, 1.0, 1.0, 1.0, 1.0, np.inf]], DTYPES[dtype])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np_silu_and_mul(x)  # [nan, inf, nan (-inf / inf), silu(1) * inf = inf]
+    for variant in VARIANTS:
+        got = f64(run_on(variant, lambda: cpukern.silu_and_mul(x)))
+        assert np.array_equal(np.isnan(got), np.isnan(want)), f"{variant}: {got} vs {want}"
+        assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)]), f"{variant}: {got} vs {want}"
 
 
 def test_silu_and_mul_layouts() -> None:

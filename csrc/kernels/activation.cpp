@@ -6,13 +6,25 @@
 #include "cpukern/parallel.h"
 #include "cpukern/simd.h"
 
+#include <type_traits>
+
 namespace cpukern {
 namespace {
 using namespace simd;
 
 constexpr int64_t kBlock = 2048;  // columns per work unit (a multiple of every kLanes)
 
-inline VF silu_mul(VF a, VF b) { return a / (1.0f + exp(-a)) * b; }
+// exp(-a) over the polynomial's range. Below -20, 1 + exp(-a) rounds to 1
+// anyway; above kExpHi exp(-a) overflows float32 (as it does in the scalar
+// reference and in torch): inf, so a / inf is -0 (NaN for a = -inf).
+// 16-bit outputs use the cheaper degree-5 exp.
+template <class T>
+inline VF silu_mul(VF a, VF b) {
+    constexpr int kDegree = std::is_same_v<T, float> ? 7 : 5;
+    VF e = exp_in_range<kDegree>(vmin(vmax(-a, splat(-20.0f)), splat(kExpHi)));
+    e = select(-a > splat(kExpHi), splat(__builtin_inff()), e);
+    return a / (1.0f + e) * b;
+}
 
 template <class T>
 void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
@@ -21,12 +33,12 @@ void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
         VF a0, a1, b0, b1;
         load_pair(a + i, a0, a1);
         load_pair(b + i, b0, b1);
-        store_pair_fast(out + i, silu_mul(a0, b0), silu_mul(a1, b1));
+        store_pair_fast(out + i, silu_mul<T>(a0, b0), silu_mul<T>(a1, b1));
     }
-    for (; i + kLanes <= n; i += kLanes) store_fast(out + i, silu_mul(load(a + i), load(b + i)));
+    for (; i + kLanes <= n; i += kLanes) store_fast(out + i, silu_mul<T>(load(a + i), load(b + i)));
     if (i < n) {
         int m = static_cast<int>(n - i);
-        store_partial(out + i, silu_mul(load_partial(a + i, m), load_partial(b + i, m)), m);
+        store_partial(out + i, silu_mul<T>(load_partial(a + i, m), load_partial(b + i, m)), m);
     }
 }
 
