@@ -135,6 +135,7 @@ def test_packed_weights_are_reused_and_empty_m_works() -> None:
     packed = cpukern.pack_b(b)
     first = cpukern.gemm_bf16(a, packed)
     assert np.array_equal(cpukern.gemm_bf16(a, packed), first)
+    assert np.array_equal(cpukern.gemm_bf16(a, b), first), "plain b (packed per call) differs"
     assert cpukern.gemm_bf16(a[:0], packed).shape == (0, 9)
     assert "bf16:" in packed.layout and packed.nbytes >= 20 * 9 * 2
     assert gemm.kernel_name("bfloat16", 1) and gemm.kernel_name("int8", 256)
@@ -189,7 +190,12 @@ SA, SB = np.ones(4, np.float32), np.ones(8, np.float32)
         (lambda: cpukern.gemm_bf16(A[:, :8], B), ValueError, "a: has 8 columns but b was packed with K=16"),
         (lambda: cpukern.gemm_bf16(A[:, ::2], B), ValueError, "a: the last dimension must be contiguous"),
         (lambda: cpukern.gemm_bf16(rand_bf16((16, 4), 1).T, B), ValueError, "a: the last dimension must be contiguous"),
-        (lambda: cpukern.gemm_bf16(A, rand_bf16((16, 8), 1)), TypeError, r"b: expected the weights packed by cpukern.pack_b\(\)"),
+        (lambda: cpukern.gemm_bf16(A, [[1.0]]), TypeError,
+         r"b: expected a \[K, N\] bfloat16 matrix or the weights packed by cpukern.pack_b\(\), got list"),
+        (lambda: cpukern.gemm_bf16(A, rand_bf16((8, 8), 1)), ValueError, "a: has 16 columns but b has K=8 rows"),
+        (lambda: cpukern.gemm_bf16(A, rand_int8((16, 8), 1)), TypeError, "b: dtype int8 is not supported"),
+        (lambda: cpukern.gemm_w8a8(AI, SA, rand_int8((16, 8), 1), SB), TypeError,
+         r"b: expected the weights packed by cpukern.pack_b_int8\(\), got ndarray"),
         (lambda: cpukern.gemm_bf16(A, BI), TypeError, "b: packed int8 weights, this GEMM needs bfloat16"),
         (lambda: cpukern.gemm_bf16(A, B, out_dtype="float16"), TypeError, "out_dtype: expected float32 or bfloat16"),
         (lambda: cpukern.gemm_bf16(A, B, out=np.empty((4, 9), np.float32)), ValueError, r"out: expected shape \(4, 8\)"),

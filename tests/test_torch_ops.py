@@ -146,17 +146,17 @@ def test_registration_follows_torch_import() -> None:
     registers the ops."""
     out = _run("""
         import torch, cpukern
-        print(hasattr(torch.ops.cpukern, "rms_norm"))
+        print(hasattr(torch.ops.cpukern, "rms_norm"), hasattr(torch.ops.cpukern, "gemm_w8a8"))
     """)
-    assert out.split() == ["True"]
+    assert out.split() == ["True", "True"]
     out = _run("""
         import sys, cpukern
         print("torch" in sys.modules)
         import torch
         def f(x, w):
-            return cpukern.rms_norm(x, w) + 1
-        x, w = torch.randn(3, 16), torch.randn(16)
+            return cpukern.gemm_bf16(x, w) + cpukern.rms_norm(x, w[0]).float()
+        x, w = torch.randn(3, 16).bfloat16(), torch.randn(16, 16).bfloat16()
         y = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
-        print(hasattr(torch.ops.cpukern, "rms_norm"), torch.equal(y, f(x, w)))
+        print(hasattr(torch.ops.cpukern, "rms_norm"), hasattr(torch.ops.cpukern, "gemm_bf16"), torch.equal(y, f(x, w)))
     """)
-    assert out.split() == ["False", "True", "True"]
+    assert out.split() == ["False", "True", "True", "True"]

@@ -2,6 +2,12 @@
 torch.compile (fake implementations give the compiler shapes; mutated
 arguments are declared, so functionalization keeps the graph correct).
 
+Packed GEMM weights cross the operator boundary as their bytes, a uint8
+tensor, plus (k, n, layout text): pack_b(b, layout) -> bytes, whose fake
+computes the byte count from the layout, and the products read them.
+`cpukern.PackedWeights` carries the same four things, so torch.compile traces
+it like any object holding a tensor (its fields become graph constants).
+
 Imported only when torch is: by `import cpukern` when torch was imported
 first, by the first op call with a torch tensor, or by
 `cpukern.register_torch_ops()`.
@@ -14,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import ops
+from . import gemm, ops
 
 _lock = threading.Lock()
 
@@ -26,6 +32,8 @@ def register() -> None:
             return
         if not hasattr(torch.ops.cpukern, "rms_norm"):
             _define()
+        if not hasattr(torch.ops.cpukern, "gemm_bf16_packed"):
+            _define_gemm()
         ops._torch_registered[0] = True
 
 
@@ -71,6 +79,56 @@ def _define() -> None:
         return None
 
 
+def _define_gemm() -> None:
+    @torch.library.custom_op("cpukern::pack_b", mutates_args=(), device_types="cpu")
+    def pack_b(b: torch.Tensor, layout: str) -> torch.Tensor:
+        data: torch.Tensor = gemm.pack_for_layout(b, layout)
+        return data
+
+    @pack_b.register_fake
+    def _(b: torch.Tensor, layout: str) -> torch.Tensor:
+        k, n = b.shape if b.dim() == 2 else (0, 0)  # a bad b fails in the real op
+        return b.new_empty((gemm.packed_nbytes(layout, k, n),), dtype=torch.uint8)
+
+    # b: a plain [K, N] bfloat16 matrix, packed for the call
+    @torch.library.custom_op("cpukern::gemm_bf16", mutates_args=("out",), device_types="cpu")
+    def gemm_bf16(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        gemm._gemm_bf16(a, b, out, None)
+
+    @gemm_bf16.register_fake
+    def _(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        return None
+
+    @torch.library.custom_op("cpukern::gemm_bf16_packed", mutates_args=("out",), device_types="cpu")
+    def gemm_bf16_packed(
+        out: torch.Tensor, a: torch.Tensor, b_packed: torch.Tensor, k: int, n: int, layout: str
+    ) -> None:
+        gemm._gemm_bf16(a, _packed(b_packed, k, n, layout), out, None)
+
+    @gemm_bf16_packed.register_fake
+    def _(out: torch.Tensor, a: torch.Tensor, b_packed: torch.Tensor, k: int, n: int, layout: str) -> None:
+        return None
+
+    @torch.library.custom_op("cpukern::gemm_w8a8", mutates_args=("out",), device_types="cpu")
+    def gemm_w8a8(
+        out: torch.Tensor, a: torch.Tensor, a_scale: torch.Tensor, b_packed: torch.Tensor, b_scale: torch.Tensor,
+        k: int, n: int, layout: str,
+    ) -> None:
+        gemm._gemm_w8a8(a, a_scale, _packed(b_packed, k, n, layout), b_scale, out, None)
+
+    @gemm_w8a8.register_fake
+    def _(
+        out: torch.Tensor, a: torch.Tensor, a_scale: torch.Tensor, b_packed: torch.Tensor, b_scale: torch.Tensor,
+        k: int, n: int, layout: str,
+    ) -> None:
+        return None
+
+
+def _packed(data: torch.Tensor, k: int, n: int, layout: str) -> gemm.PackedWeights:
+    dtype = gemm._layout_fields(layout)[0]
+    return gemm.PackedWeights(dtype=dtype, k=k, n=n, variant="", layout=layout, data=data)
+
+
 # The public functions' bodies while torch.compile traces them: allocate
 # outputs with torch and call the registered operators.
 def traced_rms_norm(x: Any, weight: Any, eps: float, out: Any) -> Any:
@@ -95,3 +153,46 @@ def traced_rotary_embedding(
     positions: Any, query: Any, key: Any, head_size: int, cos_sin_cache: Any, is_neox: bool
 ) -> None:
     torch.ops.cpukern.rotary_embedding(positions, query, key, int(head_size), cos_sin_cache, bool(is_neox))
+
+
+def traced_pack_b(b: Any, dtype: str) -> gemm.PackedWeights:
+    variant, layout = gemm.packed_layout(dtype)  # a graph constant; the op checks it when it runs
+    k, n = b.shape if b.dim() == 2 else (0, 0)  # a bad b fails in the op
+    data = torch.ops.cpukern.pack_b(b, layout)
+    return gemm.PackedWeights(dtype=dtype, k=k, n=n, variant=variant, layout=layout, data=data)
+
+
+def _gemm_out(a: Any, n: Any, out: Any, out_dtype: Any) -> Any:
+    """`out`, or a new [M, n] output (the op checks a's and out's shapes when it runs)."""
+    dtype = torch.float32 if out_dtype is None else getattr(torch, gemm._dtype_name(out_dtype))
+    if out is None:
+        return torch.empty((a.shape[0] if a.dim() == 2 else 0, n), dtype=dtype, device=a.device)
+    if out_dtype is not None and out.dtype != dtype:
+        raise TypeError(f"out: dtype {out.dtype} differs from out_dtype={out_dtype}")
+    return out
+
+
+def _traced_packed(b: Any, dtype: str) -> Any:
+    if not isinstance(b, gemm.PackedWeights):
+        raise gemm.b_type_error(b, dtype)
+    if not isinstance(b.data, torch.Tensor):
+        raise TypeError("b: packed from a numpy array; pack a torch tensor to use it under torch.compile")
+    return b
+
+
+def traced_gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
+    if isinstance(b, torch.Tensor):
+        out = _gemm_out(a, b.shape[1] if b.dim() == 2 else 0, out, out_dtype)
+        torch.ops.cpukern.gemm_bf16(out, a, b)
+        return out
+    pb = _traced_packed(b, "bfloat16")
+    out = _gemm_out(a, pb.n, out, out_dtype)
+    torch.ops.cpukern.gemm_bf16_packed(out, a, pb.data, pb.k, pb.n, pb.layout)
+    return out
+
+
+def traced_gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any) -> Any:
+    pb = _traced_packed(b, "int8")
+    out = _gemm_out(a, pb.n, out, out_dtype)
+    torch.ops.cpukern.gemm_w8a8(out, a, a_scale, pb.data, b_scale, pb.k, pb.n, pb.layout)
+    return out

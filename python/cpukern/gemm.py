@@ -2,6 +2,7 @@
 
     packed = cpukern.pack_b(w)                    # w: [K, N] bfloat16, any strides
     y = cpukern.gemm_bf16(x, packed)              # x: [M, K] bfloat16 -> [M, N] float32
+    y = cpukern.gemm_bf16(x, w)                   # the same, packing w for this call only
     y = cpukern.gemm_bf16(x, packed, out_dtype="bfloat16")
 
     q = cpukern.pack_b_int8(w_int8)               # [K, N] int8
@@ -17,21 +18,31 @@ The packed layout depends on the variant's micro-kernel (panel width, k
 grouping, padding): a `PackedWeights` records the layout it was packed for and
 is checked against the variant that runs the product; after switching
 variants (CPUKERN_ISA, `ops.use_variant`) pack again.
+
+With torch tensors the calls also run under torch.compile: while it traces,
+they call the custom operators torch.ops.cpukern.{pack_b, gemm_bf16,
+gemm_bf16_packed, gemm_w8a8} (see _torch.py); the packed bytes are a uint8
+tensor (`PackedWeights.data`) that the operators read with the layout text.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import _abi, _dispatch
+from . import _abi, _dispatch, ops
 from ._abi import i32, i64, ptr
-from ._arrays import TORCH, Array, check_no_overlap, require_dtype, require_writable, wrap
+from ._arrays import TORCH, Array, check_no_overlap, kind_of, require_dtype, require_writable, wrap
 
 __all__ = ["PackedWeights", "gemm_bf16", "gemm_w8a8", "pack_b", "pack_b_int8"]
 
 _KIND_CODE = {"bfloat16": 0, "int8": 1}
+_LAYOUT_KIND = {"bf16": "bfloat16", "int8": "int8"}  # first field of a layout text -> element dtype
+_PACKERS = {"bfloat16": "pack_b", "int8": "pack_b_int8"}
+_LAYOUT_NUMBER = re.compile(r"([a-z]+)([0-9]+)")
 _OUT_DTYPES = ("float32", "bfloat16")
 _STATUS_NO_MEMORY = 3
 
@@ -50,14 +61,24 @@ class PackedWeights:
     dtype: str  # "bfloat16" or "int8"
     k: int
     n: int
-    variant: str  # the variant that packed it
+    variant: str  # the variant that packed it ("" when unknown: built from torch.ops arguments)
     layout: str  # e.g. "bf16:nr16:kg2:kpad2:le"; any variant reporting it can use the data
-    data: Any  # the bytes: a numpy uint8 array or a torch uint8 tensor
-    ptr: int
+    data: Any  # the bytes: a numpy uint8 array or a torch uint8 tensor, packed_nbytes(layout, k, n) long
+    _numpy_address: int = field(default=0, init=False, repr=False)  # cached: ndarray.ctypes.data is slow
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.k, self.n)
+
+    @property
+    def ptr(self) -> int:
+        """Address of the bytes, read when asked: torch.compile may build a
+        PackedWeights whose tensor only exists when the graph runs."""
+        if kind_of(self.data) == TORCH:
+            return int(self.data.data_ptr())
+        if not self._numpy_address:
+            object.__setattr__(self, "_numpy_address", int(self.data.ctypes.data))
+        return self._numpy_address
 
     @property
     def nbytes(self) -> int:
@@ -69,10 +90,44 @@ class PackedWeights:
 
 def _variant() -> tuple[str, Any]:
     """The variant ops run on here: `ops.use_variant`'s, else the dispatcher's."""
-    from .ops import _target
-
-    name = _target.get()[0] or _dispatch.selected_isa()
+    name = ops._target.get()[0] or _dispatch.selected_isa()
     return name, _dispatch.load_variant(name)
+
+
+def packed_layout(dtype: str) -> tuple[str, str]:
+    """(variant, packed layout text) for `dtype` ("bfloat16" / "int8") on the
+    variant ops run on here: the `layout` argument of torch.ops.cpukern.*."""
+    name, lib = _variant()
+    layout: bytes = _abi.function("cpukern_gemm_layout", lib)(_KIND_CODE[dtype])
+    return name, layout.decode()
+
+
+# torch.compile runs it for real while tracing (torch._dynamo.assume_constant_
+# result without importing torch): the layout is a constant of the graph, and
+# the operators check it against the running variant on every call.
+packed_layout._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+@functools.lru_cache(maxsize=32)
+def _layout_fields(layout: str) -> tuple[str, int, int, int, bool]:
+    """(dtype, nr, kpad, element bytes, column sums) of a layout text like
+    "int8:nr16:kg4:kpad4:colsum:le" (cpukern_gemm_layout, csrc gemm.h)."""
+    kind, *rest = layout.split(":")
+    numbers = {m[1]: int(m[2]) for m in map(_LAYOUT_NUMBER.fullmatch, rest) if m}
+    dtype = _LAYOUT_KIND.get(kind)
+    if dtype is None or "nr" not in numbers or "kpad" not in numbers:
+        raise ValueError(f"layout: {layout!r} is not a cpukern packed layout (like 'bf16:nr16:kg2:kpad2:le')")
+    return dtype, numbers["nr"], numbers["kpad"], 2 if dtype == "bfloat16" else 1, "colsum" in rest
+
+
+def packed_nbytes(layout: str, k: Any, n: Any) -> Any:
+    """Bytes of [k, n] weights packed in `layout`: N in panels of nr columns, K
+    padded to kpad, int32 column sums after the panels when the layout says so
+    (csrc gemm.h Layout::bytes). k and n may be torch SymInts (fake tensors)."""
+    _, nr, kpad, elem, colsum = _layout_fields(layout)
+    padded_n = (n + nr - 1) // nr * nr
+    padded_k = (k + kpad - 1) // kpad * kpad
+    return padded_n * padded_k * elem + (padded_n * 4 if colsum else 0)
 
 
 def kernel_name(dtype: str, m: int) -> str:
@@ -159,46 +214,104 @@ def _byte_buffer(kind: str, nbytes: int) -> tuple[Any, int]:
 # ---------------------------------------------------------------- packing
 def pack_b(b: Any) -> PackedWeights:
     """Packs a [K, N] bfloat16 weight (any strides) for gemm_bf16."""
-    return _pack(b, "bfloat16")
+    return _pack_public(b, "bfloat16")
 
 
 def pack_b_int8(b: Any) -> PackedWeights:
     """Packs a [K, N] int8 weight (any strides) for gemm_w8a8."""
-    return _pack(b, "int8")
+    return _pack_public(b, "int8")
 
 
-def _pack(b: Any, dtype: str) -> PackedWeights:
-    ba = wrap(b, "b")
+def _pack_public(b: Any, dtype: str) -> PackedWeights:
+    if ops._compiling():
+        from . import _torch
+
+        return _torch.traced_pack_b(b, dtype)
+    return _pack(b, dtype)
+
+
+def _pack(b: Any, dtype: str, kind: str | None = None, layout: str | None = None) -> PackedWeights:
+    """Packs b for the running variant; `layout` (from torch.ops) must be its layout."""
+    ba = wrap(b, "b", kind)
+    ops._torch_ready(ba)
     require_dtype(ba, (dtype,))
     k, n = _matrix(ba)
     if k == 0 or n == 0:
         raise ValueError(f"b: expected a non-empty [K, N] matrix, got shape {ba.shape}")
     name, lib = _variant()
     code = _KIND_CODE[dtype]
+    running = _abi.function("cpukern_gemm_layout", lib)(code).decode()
+    if layout is not None and layout != running:
+        raise ValueError(
+            f"layout: {layout!r} was asked for, but variant {name!r} packs {dtype} as {running!r} "
+            "(the variant changed since the layout was read: read it again)"
+        )
     nbytes = int(_abi.function("cpukern_gemm_packed_bytes", lib)(code, k, n))
     data, dst = _byte_buffer(ba.kind, nbytes)
     status = _abi.function("cpukern_gemm_pack_b", lib)(code, ba.ptr, k, n, ba.strides[0], ba.strides[1], dst)
     if status:
         raise RuntimeError(f"cpukern_gemm_pack_b failed with status {status} (a cpukern bug)")
-    layout: bytes = _abi.function("cpukern_gemm_layout", lib)(code)
-    return PackedWeights(dtype=dtype, k=k, n=n, variant=name, layout=layout.decode(), data=data, ptr=dst)
+    return PackedWeights(dtype=dtype, k=k, n=n, variant=name, layout=running, data=data)
 
 
-def _packed(b: Any, dtype: str, k: int, lib: Any, variant: str) -> PackedWeights:
+def pack_for_layout(b: Any, layout: str) -> Any:
+    """The bytes of torch.ops.cpukern.pack_b(b, layout): b packed by the
+    running variant, which must use `layout` (dtype from the layout)."""
+    dtype = _layout_fields(layout)[0]
+    return _pack(b, dtype, layout=layout).data
+
+
+def b_type_error(b: Any, dtype: str) -> TypeError:
+    what = "a [K, N] bfloat16 matrix or " if dtype == "bfloat16" else ""
+    return TypeError(f"b: expected {what}the weights packed by cpukern.{_PACKERS[dtype]}(), got {type(b).__name__}")
+
+
+def _packed(b: Any, dtype: str, a: Array, lib: Any, variant: str) -> tuple[PackedWeights, int]:
+    """(packed weights, address of their bytes) for a product with `a` on `variant`;
+    plain [K, N] weights are packed for this call."""
+    k = a.shape[1]
     if not isinstance(b, PackedWeights):
-        packer = "pack_b" if dtype == "bfloat16" else "pack_b_int8"
-        raise TypeError(f"b: expected the weights packed by cpukern.{packer}(), got {type(b).__name__}")
+        if kind_of(b) is None or dtype != "bfloat16":
+            raise b_type_error(b, dtype)
+        ba = wrap(b, "b", a.kind)
+        require_dtype(ba, (dtype,))
+        if ba.ndim == 2 and ba.shape[0] != k:
+            raise ValueError(f"a: has {k} columns but b has K={ba.shape[0]} rows")
+        pb = _pack(b, dtype, a.kind)
+        return pb, pb.ptr
     if b.dtype != dtype:
         raise TypeError(f"b: packed {b.dtype} weights, this GEMM needs {dtype} (use the matching pack function)")
     layout: bytes = _abi.function("cpukern_gemm_layout", lib)(_KIND_CODE[dtype])
     if b.layout != layout.decode():
+        by = f"packed by variant {b.variant!r}" if b.variant else "packed"
         raise ValueError(
-            f"b: packed by variant {b.variant!r} (layout {b.layout}), but variant {variant!r} runs this product "
+            f"b: {by} (layout {b.layout}), but variant {variant!r} runs this product "
             f"(layout {layout.decode()}): pack the weights again under {variant!r}"
         )
     if b.k != k:
         raise ValueError(f"a: has {k} columns but b was packed with K={b.k} rows")
-    return b
+    return b, _checked_address(b)
+
+
+def _checked_address(b: PackedWeights) -> int:
+    """Address of b's bytes, after checking they can hold b's [k, n] matrix in its layout."""
+    data, nbytes = b.data, packed_nbytes(b.layout, b.k, b.n)
+    kind = kind_of(data)
+    if kind == TORCH:
+        import torch
+
+        ok = data.dtype is torch.uint8 and data.dim() == 1 and data.is_contiguous() and data.is_cpu
+        size = data.numel()
+    else:
+        ok = kind is not None and data.dtype.char == "B" and data.ndim == 1 and data.flags.c_contiguous
+        size = data.size if ok else 0
+    if not ok or size < nbytes:
+        got = f"dtype {str(data.dtype).removeprefix('torch.')}, shape {tuple(data.shape)}" if kind is not None else type(data).__name__
+        raise ValueError(
+            f"b.data: expected {nbytes} contiguous uint8 bytes on the CPU (a [{b.k}, {b.n}] matrix in layout "
+            f"{b.layout}), got {got}"
+        )
+    return b.ptr
 
 
 def _output(out: Any, out_dtype: Any, a: Array, m: int, n: int) -> tuple[Any, Array, str]:
@@ -226,21 +339,31 @@ def _call(fn_name: str, lib: Any, *args: Any) -> None:
 
 
 # ---------------------------------------------------------------- products
-def gemm_bf16(a: Any, b: PackedWeights, *, out: Any = None, out_dtype: Any = None) -> Any:
+def gemm_bf16(a: Any, b: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
     """out[M, N] = a[M, K] @ b[K, N] with bfloat16 inputs, float32 accumulation.
 
-    a: [M, K] bfloat16; b: from pack_b(); out_dtype: float32 (default) or
-    bfloat16 (rounded to nearest even), or pass `out` ([M, N], float32 or
+    a: [M, K] bfloat16; b: from pack_b(), or a plain [K, N] bfloat16 matrix
+    (any strides; packed for this call only); out_dtype: float32 (default)
+    or bfloat16 (rounded to nearest even), or pass `out` ([M, N], float32 or
     bfloat16, contiguous last dimension). Returns out."""
+    if ops._compiling():
+        from . import _torch
+
+        return _torch.traced_gemm_bf16(a, b, out, out_dtype)
+    return _gemm_bf16(a, b, out, out_dtype)
+
+
+def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
     aa = wrap(a, "a")
+    ops._torch_ready(aa)
     require_dtype(aa, ("bfloat16",))
     m, k = _matrix(aa)
     lda = _row_stride(aa)
     variant, lib = _variant()
-    pb = _packed(b, "bfloat16", k, lib, variant)
+    pb, b_ptr = _packed(b, "bfloat16", aa, lib, variant)
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
     if m:
-        _call("cpukern_gemm_bf16", lib, aa.ptr, lda, pb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
+        _call("cpukern_gemm_bf16", lib, aa.ptr, lda, b_ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
               _abi.DTYPE_CODES[dtype])
     return out
 
@@ -252,17 +375,26 @@ def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any 
     b: from pack_b_int8() ([K, N] int8); b_scale: [N] float32 per-channel
     scales. The int8 products accumulate exactly in int32. out_dtype:
     float32 (default) or bfloat16, or pass `out`. Returns out."""
+    if ops._compiling():
+        from . import _torch
+
+        return _torch.traced_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype)
+    return _gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype)
+
+
+def _gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any) -> Any:
     aa = wrap(a, "a")
+    ops._torch_ready(aa)
     require_dtype(aa, ("int8",))
     m, k = _matrix(aa)
     lda = _row_stride(aa)
     sa = _vector(a_scale, "a_scale", aa.kind, m, "one scale per row of a")
     variant, lib = _variant()
-    pb = _packed(b, "int8", k, lib, variant)
+    pb, b_ptr = _packed(b, "int8", aa, lib, variant)
     sb = _vector(b_scale, "b_scale", aa.kind, pb.n, "one scale per column of b")
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
     check_no_overlap(oa, (sa, sb))
     if m:
-        _call("cpukern_gemm_w8a8", lib, aa.ptr, lda, sa.ptr, pb.ptr, sb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
+        _call("cpukern_gemm_w8a8", lib, aa.ptr, lda, sa.ptr, b_ptr, sb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
               _abi.DTYPE_CODES[dtype])
     return out
