@@ -10,6 +10,7 @@ APT_PACKAGES=(
   g++-aarch64-linux-gnu g++-s390x-linux-gnu
   docker.io debootstrap
   nginx-light libtcmalloc-minimal4
+  libsimde-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -13,9 +13,7 @@
 #include "cpukern/gemm.h"
 #include "cpukern/simd.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "cpukern/intrin.h"
 
 namespace cpukern {
 namespace gemm {

@@ -9,9 +9,7 @@
 
 #include "cpukern/gemm.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "cpukern/intrin.h"
 
 namespace cpukern {
 namespace gemm {

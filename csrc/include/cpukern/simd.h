@@ -8,21 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-// GCC 12's AVX-512 headers trip its own -W(maybe-)uninitialized (their
-// "undefined" vectors, fixed in GCC 12.3): silence the headers only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#if defined(__AVX512F__) || defined(__AVX__) || defined(__F16C__)
-#include <immintrin.h>
-#elif defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "cpukern/intrin.h"  // x86 intrinsics (immintrin.h / emmintrin.h)
 #if defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
