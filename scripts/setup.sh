@@ -22,6 +22,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Bochs 2.7 full-system emulation (AVX-512 CPU models QEMU 7.2 lacks; tests/test_bochs_avx512.py).
+# bochs-term satisfies bochs' GUI dependency without X11 or GTK.
+BOCHS_PACKAGES=(bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso)
+missing=()
+for p in "${BOCHS_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
 PY=${PYTHON:-python3}
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
 $PY -m pip install -q --disable-pip-version-check \
