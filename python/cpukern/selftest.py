@@ -273,6 +273,33 @@ def check_gemm_w8a8(results: Results, variant: str, rng: np.random.Generator) ->
         results.check(f"gemm_w8a8 {variant} {m}x{k}x{n}", close(np.asarray(got, dtype=np.float64), want, "float32"))
 
 
+def check_gemm_bf16(results: Results, variant: str, rng: np.random.Generator) -> None:
+    """gemm_bf16 through the C ABI with bfloat16 bit patterns (no ml_dtypes
+    needed): b packed by the variant itself, float32 output. The bound is the
+    one of float32 summation: K * 2^-23 * (|a| @ |b|) per element (the
+    bfloat16 products are exact in float32)."""
+    from . import gemm
+
+    lib = _dispatch.load_variant(variant)
+    code = gemm._KIND_CODE["bfloat16"]
+    for m, k, n in ((1, 37, 19), (5, 64, 33), (17, 130, 40)):
+        a = bf16_bits(rng.standard_normal((m, k)))
+        b = bf16_bits(rng.standard_normal((k, n)))
+        packed = np.zeros(max(int(_abi.function("cpukern_gemm_packed_bytes", lib)(code, k, n)), 1), dtype=np.uint8)
+        out = np.full((m, n), np.nan, dtype=np.float32)
+        label = f"gemm_bf16 {variant} {m}x{k}x{n}"
+        if _abi.function("cpukern_gemm_pack_b", lib)(code, _ptr(b), k, n, n, 1, _ptr(packed)) or _abi.function(
+            "cpukern_gemm_bf16", lib
+        )(_ptr(a), k, _ptr(packed), m, n, k, _ptr(out), n, _abi.DTYPE_CODES["float32"]):
+            results.failures.append(f"{label}: the C ABI returned an error status")
+            continue
+        fa, fb = bf16_values(a), bf16_values(b)
+        want, bound = fa @ fb, k * 2.0**-23 * (np.abs(fa) @ np.abs(fb))
+        err = np.abs(out.astype(np.float64) - want)
+        worst = float(np.max(err - bound))
+        results.check(label, None if worst <= 0 else f"error exceeds the float32 summation bound by {worst:.3g}")
+
+
 def run_checks(variants: list[str], *, raw_bf16: bool) -> Results:
     results = Results()
     if raw_bf16:
@@ -289,6 +316,8 @@ def run_checks(variants: list[str], *, raw_bf16: bool) -> Results:
                 check_rotary(results, variant, t, rng)
         if hasattr(_dispatch.load_variant(variant), "cpukern_gemm_w8a8"):
             check_gemm_w8a8(results, variant, rng)
+        if hasattr(_dispatch.load_variant(variant), "cpukern_gemm_bf16"):
+            check_gemm_bf16(results, variant, rng)
     return results
 
 
