@@ -69,3 +69,20 @@ def test_missing_tools_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unknown_model_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unknown Bochs CPU model"):
         bochs.run_wheel(tmp_path / "x.whl", [], model="pentium")
+
+
+def test_cli_bochs_model_errors_exit_2(tmp_path: Path) -> None:
+    """`cpubuild test --cpu bochs:MODEL`: an unknown model or a non-x86_64 arch is bad input."""
+    import sys
+
+    wheel = tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_x86_64.whl"
+    wheel.write_bytes(b"")
+    tools = Path(__file__).resolve().parents[2] / "tools"
+    base = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", "test"]
+    env = {"PYTHONPATH": str(tools), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([*base, "--arch", "x86_64", "--cpu", "bochs:pentium", str(wheel)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "unknown Bochs CPU model 'pentium'" in proc.stderr, proc.stderr
+    arm = tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_aarch64.whl"
+    arm.write_bytes(b"")
+    proc = subprocess.run([*base, "--arch", "aarch64", "--cpu", "bochs:tigerlake", str(arm)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "Bochs emulates x86_64 only" in proc.stderr, proc.stderr

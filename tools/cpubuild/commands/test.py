@@ -249,9 +249,62 @@ def run_emulated(
     )
 
 
+BOCHS_PREFIX = "bochs:"
+
+
+def run_bochs(*, arch: Arch, cpu: str, wheel: Path, forced: str | None, expect: str | None, checks: bool,
+              say: Any) -> Outcome:
+    """The same report and checks, in a Debian guest booted under Bochs 2.7
+    (x86_64 models QEMU 7.2 lacks: AVX-512, VNNI); see cpubuild.bochs."""
+    from .. import bochs
+
+    model = cpu.removeprefix(BOCHS_PREFIX)
+    env = {"CPUKERN_ISA": forced} if forced else {}
+    commands = [bochs.GuestCommand(name="report", argv=("python3", "-m", "cpukern", "--json"), env=env)]
+    if checks:
+        commands.append(bochs.GuestCommand(name="selftest", argv=("python3", "-m", "cpukern.selftest", "--json", "--raw-bf16"),
+                                           env=env))
+    say(f"{arch.name} under Bochs 2.7 -cpu {model} (full system: Debian kernel, x86_64 rootfs as initramfs)")
+    say(f"wheel: {wheel.name}")
+    run = bochs.run_wheel(wheel, commands, model=model, log=say)
+    problems: list[str] = []
+    rep = run.results.get("report")
+    report = (last_json(rep.stdout) if rep else None) or {}
+    selected, report_error = report.get("selected"), report.get("error")
+    if rep is None or not report:
+        problems.append(f"`python -m cpukern --json` printed no report in the guest: {rep.stderr[-800:] if rep else ''}")
+    elif died := signal_name(rep.returncode):
+        problems.append(f"`python -m cpukern` was killed by {died} under {model}")
+    if report_error:
+        problems.append(str(report_error))
+    if selected is not None:
+        say(f"selected: {selected}" + (f" (forced by CPUKERN_ISA={forced})" if forced else ""))
+        say("features: " + (" ".join(report.get("host_features", [])) or "(none)"))
+    if expect is not None and selected is not None and selected != expect:
+        problems.append(f"expected variant {expect!r} under {model}, the dispatcher selected {selected!r}")
+    result: dict[str, Any] | None = None
+    test = run.results.get("selftest")
+    if checks and selected is not None and not problems:
+        result = last_json(test.stdout) if test else None
+        if test and (died := signal_name(test.returncode)):
+            problems.append(f"the correctness checks were killed by {died} under {model}")
+        elif result is None:
+            problems.append(f"the correctness checks printed no result: {test.stderr[-1500:] if test else ''}")
+        else:
+            problems += [f"check failed: {case}" for case in result.get("failures", [])]
+            if test and test.returncode != 0 and not result.get("failures"):
+                problems.append(f"the correctness checks exited {test.returncode}")
+            say(f"checks: {result.get('passed', 0)} passed, {result.get('failed', 0)} failed"
+                f" (variants {', '.join(result.get('variants', [selected]))})")
+    say(f"bochs: /init after {run.boot_seconds or 0:.1f} s, whole run {run.seconds:.1f} s")
+    return Outcome(arch=arch.name, cpu=cpu, wheel=str(wheel), forced=forced, selected=selected, report_error=report_error,
+                   checks=result, checks_skipped=None, problems=tuple(problems), seconds=run.seconds, report=report)
+
+
 @click.command(name="test")
 @click.option("--arch", "arch_name", required=True, help="Target arch (an [arch.*] of isa_matrix.toml).")
-@click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell.")
+@click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell; "
+              "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs.")
 @click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--isa", "forced", default=None, help="Force a variant (CPUKERN_ISA) inside the emulated run.")
 @click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant.")
@@ -287,13 +340,18 @@ def command(
         raise UsageError(f"wheel {wheel} does not exist")
     if wheel_arch(wheel) != arch_name:
         raise UsageError(f"{wheel.name} is built for {wheel_arch(wheel)}, not {arch_name}")
-    check_model(arch.qemu, cpu)
+    use_bochs = cpu.startswith(BOCHS_PREFIX)
+    if use_bochs and arch_name != "x86_64":
+        raise UsageError(f"--cpu {cpu}: Bochs emulates x86_64 only")
+    if not use_bochs:
+        check_model(arch.qemu, cpu)
 
     def say(line: str) -> None:
         if not as_json:
             click.echo(line)
 
-    outcome = run_emulated(
+    runner = run_bochs if use_bochs else run_emulated
+    outcome = runner(
         arch=arch, cpu=cpu, wheel=wheel.resolve(), forced=forced, expect=expect, checks=not no_checks, say=say
     )
     if as_json:
