@@ -12,28 +12,26 @@ APT_PACKAGES=(
   nginx-light libtcmalloc-minimal4
   libsimde-dev
 )
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# apt_install [apt-get options] -- PACKAGE...: installs those not installed yet.
+apt_install() {
+  local opts=() missing=() p
+  while [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "${missing[@]}" >/dev/null
+  fi
+}
+apt_install -- "${APT_PACKAGES[@]}"
 
 # Bochs 2.7 full-system emulation (AVX-512 CPU models QEMU 7.2 lacks; tests/test_bochs_avx512.py).
 # bochs-term satisfies bochs' GUI dependency without X11 or GTK.
 BOCHS_PACKAGES=(bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso)
-missing=()
-for p in "${BOCHS_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+apt_install --no-install-recommends -- "${BOCHS_PACKAGES[@]}"
 
 PY=${PYTHON:-python3}
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.

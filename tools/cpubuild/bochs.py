@@ -32,7 +32,6 @@ report the model's own features.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -42,13 +41,13 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from .errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
-from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, unpack_wheel
+from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, locked, unpack_wheel
 
 Log = Callable[[str], None]
 
@@ -117,17 +116,6 @@ def check_tools() -> None:
         )
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _run(cmd: Sequence[str], *, cwd: Path | None = None) -> str:
     proc = subprocess.run(list(cmd), capture_output=True, text=True, cwd=cwd)
     if proc.returncode != 0:
@@ -158,7 +146,7 @@ def ensure_kernel(cache: Path, log: Log = print) -> Path:
     final = base / f"{package}_{version}" / "vmlinuz"
     if final.is_file():
         return final
-    with _locked(base / "kernel.lock"):
+    with locked(base / "kernel.lock"):
         if final.is_file():
             return final
         base.mkdir(parents=True, exist_ok=True)
@@ -242,7 +230,7 @@ def ensure_base_initramfs(cache: Path, log: Log = print) -> Path:
     final = base / f"rootfs-{key}.cpio"
     if final.is_file():
         return final
-    with _locked(base / "initramfs.lock"):
+    with locked(base / "initramfs.lock"):
         if final.is_file():
             return final
         for leftover in base.glob(".tmp-rootfs-*.cpio"):

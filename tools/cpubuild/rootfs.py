@@ -102,7 +102,8 @@ def is_ready(spec: RootfsSpec, root: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (released by the kernel if the holder dies)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -151,7 +152,7 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
     if shutil.which("debootstrap") is None:
         raise ToolMissingError("debootstrap is not installed", detail="fix: apt-get install debootstrap")
     check_can_run(spec.qemu)
-    with _locked(base / f"{spec.name}.lock"):
+    with locked(base / f"{spec.name}.lock"):
         if is_ready(spec, root):  # another caller made it while we waited
             return root
         # Holding the lock, any temporary tree of this name is a killed run's.

@@ -166,6 +166,40 @@ def last_json(text: str) -> dict[str, Any] | None:
     return None
 
 
+# ------------------------------------------------------------------ judging
+
+
+def judge_report(report: dict[str, Any], *, cpu: str, forced: str | None, expect: str | None,
+                 problems: list[str], say: Any) -> tuple[str | None, str | None]:
+    """(selected, error) of a dispatcher report; says what it found, adds problems."""
+    selected, report_error = report.get("selected"), report.get("error")
+    if report_error:
+        problems.append(str(report_error))
+    if selected is not None:
+        say(f"selected: {selected}" + (f" (forced by CPUKERN_ISA={forced})" if forced else ""))
+        say("features: " + (" ".join(report.get("host_features", [])) or "(none)"))
+    if expect is not None and selected is not None and selected != expect:
+        problems.append(f"expected variant {expect!r} under {cpu}, the dispatcher selected {selected!r}")
+    return selected, report_error
+
+
+def judge_checks(stdout: str, stderr: str, returncode: int, *, cpu: str, selected: str,
+                 problems: list[str], say: Any) -> dict[str, Any] | None:
+    """The selftest's JSON result; a signal, no result or a failed case is a problem."""
+    result = last_json(stdout)
+    if died := signal_name(returncode):
+        problems.append(f"the correctness checks were killed by {died} under {cpu}")
+    elif result is None:
+        problems.append(f"the correctness checks printed no result (exit {returncode}): {stderr[-1500:]}")
+    else:
+        problems += [f"check failed: {case}" for case in result.get("failures", [])]
+        if returncode != 0 and not result.get("failures"):
+            problems.append(f"the correctness checks exited {returncode}")
+        say(f"checks: {result.get('passed', 0)} passed, {result.get('failed', 0)} failed"
+            f" (variants {', '.join(result.get('variants', [selected]))})")
+    return result
+
+
 # ------------------------------------------------------------------ the run
 
 
@@ -203,15 +237,8 @@ def run_emulated(
             problems.append(f"`python -m cpukern --json` printed no report (exit {proc.returncode}): {proc.stderr[-800:]}")
         else:
             report = parsed
-            selected = report.get("selected")
-            report_error = report.get("error")
-        if report_error:
-            problems.append(str(report_error))
-        if selected is not None:
-            say(f"selected: {selected}" + (f" (forced by CPUKERN_ISA={forced})" if forced else ""))
-            say("features: " + (" ".join(report.get("host_features", [])) or "(none)"))
-        if expect is not None and selected is not None and selected != expect:
-            problems.append(f"expected variant {expect!r} under {cpu}, the dispatcher selected {selected!r}")
+            selected, report_error = judge_report(report, cpu=cpu, forced=forced, expect=expect,
+                                                  problems=problems, say=say)
         if checks and selected is not None and not problems:
             probe = emulator.run(["-c", "import numpy"], pythonpath=site, host_python=python)
             numpy_died = signal_name(probe.returncode)
@@ -221,19 +248,8 @@ def run_emulated(
                 say(f"checks: skipped - {checks_skipped}")
             else:
                 proc = emulator.run(["-m", "cpukern.selftest", "--json", "--raw-bf16"], pythonpath=site, env=env, host_python=python)
-                died = signal_name(proc.returncode)
-                result = last_json(proc.stdout)
-                if died:
-                    problems.append(f"the correctness checks were killed by {died} under {cpu}")
-                elif result is None:
-                    problems.append(f"the correctness checks printed no result (exit {proc.returncode}): {proc.stderr[-1500:]}")
-                else:
-                    for case in result.get("failures", []):
-                        problems.append(f"check failed: {case}")
-                    if proc.returncode != 0 and not result.get("failures"):
-                        problems.append(f"the correctness checks exited {proc.returncode}")
-                    say(f"checks: {result.get('passed', 0)} passed, {result.get('failed', 0)} failed"
-                        f" (variants {', '.join(result.get('variants', [selected]))})")
+                result = judge_checks(proc.stdout, proc.stderr, proc.returncode, cpu=cpu, selected=selected,
+                                      problems=problems, say=say)
     return Outcome(
         arch=arch.name,
         cpu=cpu,
@@ -270,32 +286,19 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, forced: str | None, expect: 
     problems: list[str] = []
     rep = run.results.get("report")
     report = (last_json(rep.stdout) if rep else None) or {}
-    selected, report_error = report.get("selected"), report.get("error")
     if rep is None or not report:
         problems.append(f"`python -m cpukern --json` printed no report in the guest: {rep.stderr[-800:] if rep else ''}")
     elif died := signal_name(rep.returncode):
         problems.append(f"`python -m cpukern` was killed by {died} under {model}")
-    if report_error:
-        problems.append(str(report_error))
-    if selected is not None:
-        say(f"selected: {selected}" + (f" (forced by CPUKERN_ISA={forced})" if forced else ""))
-        say("features: " + (" ".join(report.get("host_features", [])) or "(none)"))
-    if expect is not None and selected is not None and selected != expect:
-        problems.append(f"expected variant {expect!r} under {model}, the dispatcher selected {selected!r}")
+    selected, report_error = judge_report(report, cpu=model, forced=forced, expect=expect, problems=problems, say=say)
     result: dict[str, Any] | None = None
     test = run.results.get("selftest")
     if checks and selected is not None and not problems:
-        result = last_json(test.stdout) if test else None
-        if test and (died := signal_name(test.returncode)):
-            problems.append(f"the correctness checks were killed by {died} under {model}")
-        elif result is None:
-            problems.append(f"the correctness checks printed no result: {test.stderr[-1500:] if test else ''}")
+        if test is None:
+            problems.append("the correctness checks printed no result in the guest")
         else:
-            problems += [f"check failed: {case}" for case in result.get("failures", [])]
-            if test and test.returncode != 0 and not result.get("failures"):
-                problems.append(f"the correctness checks exited {test.returncode}")
-            say(f"checks: {result.get('passed', 0)} passed, {result.get('failed', 0)} failed"
-                f" (variants {', '.join(result.get('variants', [selected]))})")
+            result = judge_checks(test.stdout, test.stderr, test.returncode, cpu=model, selected=selected,
+                                  problems=problems, say=say)
     say(f"bochs: /init after {run.boot_seconds or 0:.1f} s, whole run {run.seconds:.1f} s")
     return Outcome(arch=arch.name, cpu=cpu, wheel=str(wheel), forced=forced, selected=selected, report_error=report_error,
                    checks=result, checks_skipped=None, problems=tuple(problems), seconds=run.seconds, report=report)
