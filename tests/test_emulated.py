@@ -88,7 +88,7 @@ def wheels(emulation_ready: None, tmp_path_factory: pytest.TempPathFactory) -> d
     out = tmp_path_factory.mktemp("emulated-wheels")
     with ThreadPoolExecutor(max_workers=len(FOREIGN)) as pool:
         trees = [
-            pool.submit(ensure_rootfs, RootfsSpec(arch=a, debian_arch=MATRIX.arches[a].debian_arch, qemu=MATRIX.arches[a].qemu),
+            pool.submit(ensure_rootfs, RootfsSpec.for_arch(MATRIX.arches[a]),
                         log=lambda _line: None)
             for a in FOREIGN
         ]

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
+from .matrix import load_matrix
 from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, locked, unpack_wheel
 
 Log = Callable[[str], None]
@@ -103,7 +104,7 @@ class BochsRun:
 
 
 def guest_tree_spec() -> RootfsSpec:
-    return RootfsSpec(arch="x86_64", debian_arch="amd64", qemu="x86_64")
+    return RootfsSpec.for_arch(load_matrix().arches["x86_64"])
 
 
 def check_tools() -> None:

@@ -25,8 +25,10 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .errors import BuildFailedError, ToolMissingError, UsageError
+from .matrix import Arch
 
 DEFAULT_CACHE = Path("/var/cache/cpubuild")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -60,6 +62,11 @@ class RootfsSpec:
     suite: str = DEFAULT_SUITE
     mirror: str = field(default_factory=debian_mirror)
     flavor: str = ""  # "" for the test tree; e.g. "gxx" for a compiler tree
+
+    @classmethod
+    def for_arch(cls, arch: Arch, **options: Any) -> RootfsSpec:
+        """The tree of an isa_matrix.toml arch (its Debian and QEMU names)."""
+        return cls(arch=arch.name, debian_arch=arch.debian_arch, qemu=arch.qemu, **options)
 
     @property
     def name(self) -> str:

@@ -217,7 +217,7 @@ def run_emulated(
     problems: list[str] = []
     foreign = arch.qemu != host_qemu_arch()
     check_can_run(arch.qemu)
-    root = ensure_rootfs(RootfsSpec(arch=arch.name, debian_arch=arch.debian_arch, qemu=arch.qemu), log=say) if foreign else None
+    root = ensure_rootfs(RootfsSpec.for_arch(arch), log=say) if foreign else None
     emulator = Emulator(qemu=arch.qemu, cpu=cpu, root=root)
     env = {"CPUKERN_ISA": forced} if forced else {}
     python = sys.executable

@@ -60,7 +60,7 @@ def base_tag(arch: Arch, suite: str = DEFAULT_SUITE) -> str:
 
 
 def rootfs_spec(arch: Arch) -> RootfsSpec:
-    return RootfsSpec(arch=arch.name, debian_arch=arch.debian_arch, qemu=arch.qemu, packages=PACKAGES, flavor=FLAVOR)
+    return RootfsSpec.for_arch(arch, packages=PACKAGES, flavor=FLAVOR)
 
 
 def digest(arch: Arch) -> str:
