@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+CPUKERN_MATRIX = REPO / "isa_matrix.toml"  # cpukern, the first project built with cpubuild
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 sys.path.insert(0, str(REPO / "tools"))

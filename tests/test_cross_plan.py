@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.matrix import load_matrix
 from cpubuild.platforms import Host, select_platform
 from cpubuild.platforms.linux_cross import (
@@ -18,7 +19,7 @@ from cpubuild.platforms.linux_cross import (
     ldpaths,
 )
 
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 FOREIGN = [a for a in MATRIX.arches if a != "x86_64"]
 
 

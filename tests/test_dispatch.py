@@ -2,18 +2,15 @@
 users meet it: `python -m cpukern [--json]`, CPUKERN_ISA, CPUKERN_DISABLE_ISA,
 broken or partial installs.
 
-The expected variant comes from an independent oracle: the native host's
-/proc/cpuinfo flags (Linux drops AVX/AVX-512/AMX flags there when the kernel
-did not enable their register state, which is the OS-support rule) mapped to
-the matrix's feature names. Nothing here hard-codes what this machine picks.
+The expected variant comes from an independent oracle (tests/oracle.py): the
+native host's /proc/cpuinfo flags mapped to cpubuild's feature names. Nothing
+here hard-codes what this machine picks.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -21,56 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import oracle
 import pytest
-from conftest import REPO, require, require_tool
+from conftest import CPUKERN_MATRIX, REPO, require, require_tool
 from cpubuild.matrix import load_matrix
+from oracle import ARCH, oracle_features
 
-MATRIX = load_matrix()
-ARCH = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
-# Linux /proc/cpuinfo names of the matrix's features (they are spelled the same)
-CPUINFO_FLAG_LINE = {"x86_64": "flags", "aarch64": "Features", "s390x": "features"}
-# XSAVE-managed state: Linux lists these only when the kernel enabled their
-# state in XCR0, and lists `xsave` itself only when XSAVE is in use.
-XSAVE_FEATURE_PREFIXES = ("avx", "fma", "f16c", "amx")
-
-# ------------------------------------------------------------------ oracle
-
-
-def cpuinfo_flags() -> set[str]:
-    key = CPUINFO_FLAG_LINE.get(ARCH)
-    require(key is not None and Path("/proc/cpuinfo").is_file(), f"no /proc/cpuinfo feature line known for {ARCH}")
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == key:
-            return set(value.split())
-    pytest.fail(f"/proc/cpuinfo has no {key!r} line")
-
-
-def linux_amx_permission() -> bool:
-    """Linux arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) from this process."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    sys_arch_prctl, get_perm, req_perm, xtiledata = 158, 0x1022, 0x1023, 18
-    mask = ctypes.c_ulong(0)
-    if libc.syscall(sys_arch_prctl, req_perm, xtiledata) != 0:
-        return False
-    return libc.syscall(sys_arch_prctl, get_perm, ctypes.byref(mask)) == 0 and bool(mask.value >> xtiledata & 1)
-
-
-def oracle_features() -> set[str]:
-    flags = cpuinfo_flags()
-    found = {name for name in MATRIX.features[ARCH] if name in flags}
-    if ARCH == "x86_64":
-        if "xsave" not in flags:
-            found = {f for f in found if not f.startswith(XSAVE_FEATURE_PREFIXES)}
-        if any(f.startswith("amx") for f in found) and not linux_amx_permission():
-            found = {f for f in found if not f.startswith("amx")}
-    return found
+MATRIX = load_matrix(CPUKERN_MATRIX)
 
 
 def oracle_ranking(built: set[str]) -> list[str]:
-    """Built variants this host runs, best first, by the matrix's priorities."""
-    have = oracle_features()
-    return [v.name for v in reversed(MATRIX.variants_for(ARCH)) if v.name in built and set(v.requires) <= have]
+    """Built variants this host runs, best first (the oracle, tests/oracle.py)."""
+    return oracle.oracle_ranking(MATRIX, built)
 
 
 # ------------------------------------------------------------------ runner

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool
+from conftest import CPUKERN_MATRIX, REPO, require, require_tool
 from cpubuild.matrix import load_matrix
 
 pytestmark = [pytest.mark.cross, pytest.mark.qemu, pytest.mark.slow]
@@ -116,7 +116,7 @@ CASES = {
 
 def build(arch: str, variant: str) -> Path:
     """The driver for one variant, cached by the hash of everything it is built from."""
-    matrix = load_matrix()
+    matrix = load_matrix(CPUKERN_MATRIX)
     triplet = matrix.arches[arch].triplet
     cxx = f"{triplet}-g++"
     require_tool(cxx)

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool
+from conftest import CPUKERN_MATRIX, REPO, require, require_tool
 from cpubuild.docker.base import base_tag
 from cpubuild.matrix import Matrix, load_matrix
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-MATRIX: Matrix = load_matrix()
+MATRIX: Matrix = load_matrix(CPUKERN_MATRIX)
 TAG = "cpubuild-test/cpukern"
 COMPILERS = ("gcc", "cc", "g++", "c++", "clang")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from conftest import CPUKERN_MATRIX, REPO, require, require_tool, run
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import retag_wheel
@@ -50,7 +50,7 @@ def real_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_tool("cmake")
     require(shutil.which("c++") is not None or shutil.which("g++") is not None, "no C++ compiler")
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
-    variants = load_matrix().variants_for(arch)
+    variants = load_matrix(CPUKERN_MATRIX).variants_for(arch)
     out = tmp_path_factory.mktemp("real-wheel")
     build = cache_dir("build-index-tests", out / "build")
     env = dict(os.environ, CPUKERN_ISA_BUILD=variants[0].name)

@@ -24,13 +24,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import require, require_tool
+from conftest import CPUKERN_MATRIX, require, require_tool
 from cpubuild.matrix import load_matrix
 
 pytestmark = pytest.mark.qemu
 
 QEMU = "qemu-x86_64-static"
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 # Matrix features each QEMU CPU model has (Intel: Nehalem SSE4.2, no XSAVE;
 # Sandy Bridge + XSAVE/AVX; Haswell + AVX2/FMA/F16C, no AVX-512).
 MODELS = {

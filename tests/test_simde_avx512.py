@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from conftest import CPUKERN_MATRIX, REPO, require, require_tool, run
 from cpubuild.matrix import load_matrix
 
 np = pytest.importorskip("numpy")
@@ -87,7 +87,7 @@ def plan() -> list[Emulated]:
     """The emulated variants, derived from isa_matrix.toml and this CPU."""
     if platform.machine() != "x86_64" or shutil.which(CXX) is None:
         return []
-    matrix = load_matrix()
+    matrix = load_matrix(CPUKERN_MATRIX)
     flags = {v.name: tuple(v.flags_for("gcc")) for v in matrix.variants_for("x86_64")}
     macros = {name: feature_macros(f) for name, f in flags.items()}
     native = [n for n in cpukern.supported_variants() if not macros[n] & SIMDE_MACROS]
@@ -206,7 +206,7 @@ DTYPES = {"float32": np.float32, "bfloat16": BF16}
 def test_plan_covers_the_avx512_variants_and_leaves_amx_out() -> None:
     require_tool(CXX)
     require(platform.machine() == "x86_64", "x86-64 host")
-    matrix = load_matrix()
+    matrix = load_matrix(CPUKERN_MATRIX)
     for v in matrix.variants_for("x86_64"):
         uses_avx512 = any(f.startswith("-mavx512") for f in v.flags_for("gcc"))
         uses_amx = any(f.startswith("-mamx") for f in v.flags_for("gcc"))

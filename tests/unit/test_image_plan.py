@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.commands.image import make_specs
 from cpubuild.docker import bake, dockerfile, plan
 from cpubuild.docker.platforms import parse_platforms, wheel_arch
@@ -27,7 +28,7 @@ DOCKERFILE_TEXT = (REPO / "docker" / "Dockerfile").read_text()
 
 @pytest.fixture(scope="module")
 def matrix() -> Matrix:
-    return load_matrix()
+    return load_matrix(CPUKERN_MATRIX)
 
 
 def _names(matrix: Matrix, arch: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
 from cpubuild.matrix import load_matrix
 from cpubuild.platforms import Host, select_platform
@@ -21,7 +22,7 @@ from cpubuild.platforms.macos import (
     read_macho,
 )
 
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 MAC_ARCHES = [a for a in MATRIX.arches.values() if "darwin" in a.os]
 
 

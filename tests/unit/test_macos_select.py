@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.matrix import load_matrix
 
 SOURCE = Path(__file__).resolve().parents[2] / "python" / "cpukern"
@@ -27,7 +28,7 @@ def _source_module(name: str) -> Any:
 
 
 sel = _source_module("_select")
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 ARCH = "aarch64"
 MAC_BUILT = [v.name for v in MATRIX.variants_for(ARCH) if "apple-clang" in v.compilers]
 MANIFEST: dict[str, Any] = MATRIX.manifest(ARCH, MAC_BUILT, "_cpukern_{variant}.dylib")

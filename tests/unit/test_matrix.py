@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.matrix import DEFAULT_MATRIX, MatrixError, _main, cmake_variables, load_matrix
 
 # ------------------------------------------------------------ the real file
@@ -58,7 +59,7 @@ APPLE_SYSCTL = {
 
 
 def test_real_matrix_loads() -> None:
-    matrix = load_matrix()
+    matrix = load_matrix(CPUKERN_MATRIX)
     assert matrix.path == str(DEFAULT_MATRIX)
     for arch in matrix.arches:
         variants = matrix.variants_for(arch)
@@ -71,7 +72,7 @@ def test_real_matrix_loads() -> None:
 
 
 def test_x86_feature_specs_match_intel_cpuid_bits() -> None:
-    features = load_matrix().features["x86_64"]
+    features = load_matrix(CPUKERN_MATRIX).features["x86_64"]
     assert set(features) <= set(INTEL_CPUID), f"add the documented CPUID bit of {set(features) - set(INTEL_CPUID)}"
     for name, feature in features.items():
         assert feature.cpuid == INTEL_CPUID[name], name
@@ -86,7 +87,7 @@ def test_x86_feature_specs_match_intel_cpuid_bits() -> None:
 
 
 def test_arm_and_z_feature_specs_match_linux_hwcaps_and_apple_sysctls() -> None:
-    matrix = load_matrix()
+    matrix = load_matrix(CPUKERN_MATRIX)
     for arch in ("aarch64", "s390x"):
         for name, feature in matrix.features[arch].items():
             key, bit = LINUX_HWCAP[(arch, name)]
@@ -102,7 +103,7 @@ def test_every_variant_requires_what_its_flags_enable() -> None:
                     "-mavx512bw": "avx512bw", "-mavx512dq": "avx512dq", "-mavx512vl": "avx512vl",
                     "-mavx512vnni": "avx512_vnni", "-mavx512bf16": "avx512_bf16", "-mamx-tile": "amx_tile",
                     "-mamx-bf16": "amx_bf16", "-mamx-int8": "amx_int8"}
-    for v in load_matrix().variants_for("x86_64"):
+    for v in load_matrix(CPUKERN_MATRIX).variants_for("x86_64"):
         for family, flags in v.flags.items():
             for flag in flags:
                 if flag.startswith("-m") and not flag.startswith(("-march=x86-64", "-mtune=", "-mprefer")):
@@ -111,7 +112,7 @@ def test_every_variant_requires_what_its_flags_enable() -> None:
 
 
 def test_cmake_bridge_and_manifest_follow_the_matrix(tmp_path: Path) -> None:
-    matrix = load_matrix()
+    matrix = load_matrix(CPUKERN_MATRIX)
     script = cmake_variables(matrix, "aarch64", "apple-clang")
     names = [v.name for v in matrix.variants_for("aarch64")]
     usable = [v.name for v in matrix.variants_for("aarch64") if "apple-clang" in v.flags]

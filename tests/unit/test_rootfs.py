@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.commands.test import base_model, last_json, parse_model_list, signal_name, wheel_arch
 from cpubuild.errors import UsageError
 from cpubuild.matrix import load_matrix
@@ -24,7 +25,7 @@ from cpubuild.rootfs import (
     wheel_members,
 )
 
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 
 
 def spec_for(arch: str, **kw: object) -> RootfsSpec:

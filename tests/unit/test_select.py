@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.matrix import load_matrix
 
 SOURCE = Path(__file__).resolve().parents[2] / "python" / "cpukern"
@@ -37,7 +38,7 @@ def _source_module(name: str) -> Any:
 
 sel = _source_module("_select")
 errors = _source_module("errors")
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 
 
 def manifest(arch: str, built: Iterable[str] | None = None) -> dict[str, Any]:

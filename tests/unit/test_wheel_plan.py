@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UnknownISAError, UsageError
 from cpubuild.matrix import load_matrix, parse_matrix
 from cpubuild.wheelbuild.plan import (
@@ -23,7 +24,7 @@ from cpubuild.wheelbuild.plan import (
 from cpubuild.wheelbuild.version import SourceVersion, compose
 from packaging.version import Version
 
-MATRIX = load_matrix()
+MATRIX = load_matrix(CPUKERN_MATRIX)
 ARCHES = list(MATRIX.arches)
 SOURCE = SourceVersion(public="0.1.0.dev12", local=("g1a2b3c4",), source_date_epoch=1_700_000_000, origin="test")
 

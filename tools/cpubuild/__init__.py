@@ -1,3 +1,3 @@
 """cpubuild: one C++ kernel tree -> CPU wheels and images for every ISA."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

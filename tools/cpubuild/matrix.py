@@ -1,9 +1,16 @@
-"""Typed loader and validator of ``isa_matrix.toml``, the single source of truth.
+"""Typed loader and validator of a project's ``isa_matrix.toml`` (schema 2).
 
-Standard library only, and runnable as a script: CMake calls it inside an
-isolated scikit-build-core build to get the variants and flags of one arch
-(``cmake`` sub-command) and to write the runtime manifest the dispatcher reads
-(``manifest`` sub-command). Nothing else in the repository lists ISAs or flags.
+The matrix names variants: the CPU features each one requires (names from
+cpubuild's hardware data, which says how to detect them) and the compiler
+flags it is built with. Variants may build on each other (``extends``), so a
+ladder states each step once. Arch facts (triplets, Debian/QEMU/Docker names,
+the manylinux policy) come from the hardware data; a project's optional
+``[arch.NAME]`` table only narrows or overrides them.
+
+Standard library only, and runnable as ``python -m cpubuild.matrix``: the
+shipped CMake package calls it inside isolated builds for the variants and
+flags of one arch (``cmake``) and to write the runtime manifest the
+dispatcher reads (``manifest``). Nothing else lists ISAs or flags.
 """
 
 from __future__ import annotations
@@ -16,20 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import __version__
+from .contract import ContractError, ProjectConfig, load_config
+from .hardware import COMPILER_FAMILIES, OPERATING_SYSTEMS, Feature, Hardware, hardware
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
-COMPILER_FAMILIES = ("gcc", "clang", "apple-clang")
-OPERATING_SYSTEMS = ("linux", "darwin")
-CPUID_REGISTERS = ("eax", "ebx", "ecx", "edx")
-PERMISSIONS = ("xtiledata",)
+SCHEMA = 2
+MANIFEST_SCHEMA = 2
 # -march=native and friends tune a wheel to the build machine (vLLM's s390x
 # build does this): such a wheel SIGILLs elsewhere.
 NATIVE_FLAG = re.compile(r"^-m(arch|cpu|tune)=native(\+.*)?$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
-DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "isa_matrix.toml"
+# Names the build and the CLI use for other things.
+RESERVED_NAMES = ("all", "native", "probe", "common")
+PRIORITY_STEP = 10  # a variant that extends another and names no priority: the parent's + this
+DOCS = "docs/project.md"
 
 
 class MatrixError(ValueError):
@@ -44,6 +56,8 @@ class MatrixError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class Arch:
+    """An arch as this project builds it: the hardware facts plus the project's narrowing."""
+
     name: str
     compilers: tuple[str, ...]
     os: tuple[str, ...]
@@ -56,38 +70,15 @@ class Arch:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Feature:
-    """How the probe detects one CPU feature (see the matrix's comments)."""
-
-    name: str
-    arch: str
-    cpuid: tuple[int, int, str, int] | None = None
-    xcr0: int = 0
-    permission: str | None = None
-    hwcap: int | None = None
-    hwcap2: int | None = None
-    sysctl: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {}
-        if self.cpuid is not None:
-            spec["cpuid"] = list(self.cpuid)
-        for key in ("xcr0", "permission", "hwcap", "hwcap2", "sysctl"):
-            value = getattr(self, key)
-            if value not in (None, 0):
-                spec[key] = value
-        return spec
-
-
-@dataclass(frozen=True, kw_only=True)
 class Variant:
     name: str
     arch: str
     priority: int
-    requires: tuple[str, ...]
+    requires: tuple[str, ...]  # with everything the named features imply
     description: str
     compilers: tuple[str, ...]
     flags: dict[str, tuple[str, ...]] = field(hash=False, compare=True)
+    extends: str | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -103,7 +94,7 @@ class Variant:
 class Matrix:
     path: str
     arches: dict[str, Arch] = field(hash=False)
-    features: dict[str, dict[str, Feature]] = field(hash=False)
+    features: dict[str, dict[str, Feature]] = field(hash=False)  # hardware facts of this project's arches
     variants: tuple[Variant, ...]
 
     def variants_for(self, arch: str) -> list[Variant]:
@@ -120,7 +111,14 @@ class Matrix:
     def baseline(self, arch: str) -> Variant:
         return next(v for v in self.variants_for(arch) if v.is_baseline)
 
-    def manifest(self, arch: str, built: list[str], library_pattern: str) -> dict[str, Any]:
+    def best_for(self, arch: str, features: set[str] | frozenset[str]) -> Variant:
+        """The highest-priority variant a CPU with `features` runs."""
+        runnable = [v for v in self.variants_for(arch) if set(v.requires) <= features]
+        return runnable[-1] if runnable else self.baseline(arch)
+
+    def manifest(
+        self, arch: str, built: list[str], library_pattern: str, *, probe: str, project: dict[str, Any]
+    ) -> dict[str, Any]:
         """The runtime manifest: what the dispatcher needs and nothing else."""
         # Every variant of the arch is listed, built or not, so the dispatcher
         # can tell "not built into this package" from "not a variant at all".
@@ -136,9 +134,12 @@ class Matrix:
             for v in self.variants_for(arch)
         ]
         return {
-            "schema": 1,
+            "schema": MANIFEST_SCHEMA,
+            "cpubuild": __version__,
+            **project,
             "arch": arch,
-            "features": {n: f.to_json() for n, f in self.features.get(arch, {}).items()},
+            "probe": probe,
+            "features": {n: f.detection() for n, f in self.features.get(arch, {}).items()},
             "variants": variants,
         }
 
@@ -196,155 +197,176 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _parse_arch(path: Path, name: str, table: Any) -> Arch:
+def _parse_arch(path: Path, name: str, table: Any, hw: Hardware) -> Arch:
     r = _Reader(path, f"arch {name!r}", table)
-    r.only(("compilers", "os", "triplet", "manylinux", "macos", "docker_platform", "qemu", "debian_arch"))
-    compilers = r.strings("compilers", choices=COMPILER_FAMILIES)
-    os_list = r.strings("os", choices=OPERATING_SYSTEMS)
-    if not compilers:
-        r.fail("compilers", "must name at least one compiler family")
-    macos = r.get("macos", str, None)
-    if "darwin" in os_list and macos is None:
-        r.fail("macos", "is required when os includes 'darwin'")
-    return Arch(
-        name=name,
-        compilers=compilers,
-        os=os_list,
-        triplet=r.get("triplet", str),
-        manylinux=r.get("manylinux", str),
-        docker_platform=r.get("docker_platform", str),
-        qemu=r.get("qemu", str),
-        debian_arch=r.get("debian_arch", str),
-        macos=macos,
-    )
+    canonical = hw.canonical_arch(name)
+    if canonical is None:
+        r.fail(None, f"unknown arch (cpubuild knows: {', '.join(hw.arches)})")
+    if canonical != name:
+        r.fail(None, f"write the arch as {canonical!r} ({name!r} is an alias)")
+    facts = hw.arches[name]
+    r.only(("os", "manylinux", "macos"))
+    os_list = r.strings("os", ["linux"], choices=OPERATING_SYSTEMS)
+    for os_name in os_list:
+        if os_name not in facts.os:
+            r.fail("os", f"cpubuild builds {name} for {', '.join(facts.os)} only, not {os_name!r}")
+    if not os_list:
+        r.fail("os", "must name at least one operating system")
+    manylinux = r.get("manylinux", str, facts.manylinux)
+    if not re.fullmatch(rf"manylinux_\d+_\d+_{name}", manylinux):
+        r.fail("manylinux", f"must be a manylinux_X_Y_{name} tag, got {manylinux!r}")
+    macos = r.get("macos", str, facts.macos)
+    families = tuple(f for f in facts.compilers if f != "apple-clang" or "darwin" in os_list)
+    return Arch(name=name, compilers=families, os=os_list, triplet=facts.triplet, manylinux=manylinux,
+                docker_platform=facts.docker_platform, qemu=facts.qemu, debian_arch=facts.debian_arch,
+                macos=macos if "darwin" in os_list else None)
 
 
-def _parse_feature(path: Path, arch: str, os_list: tuple[str, ...], name: str, table: Any) -> Feature:
-    r = _Reader(path, f"feature {name!r} ({arch})", table)
-    r.only(("cpuid", "xcr0", "permission", "hwcap", "hwcap2", "sysctl"))
-    if not NAME_PATTERN.match(name):
-        r.fail(None, "feature names are lower case letters, digits and '_'")
-    cpuid = None
-    if "cpuid" in r.table:
-        raw = r.get("cpuid", list)
-        ok = (
-            len(raw) == 4
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in (raw[0], raw[1], raw[3]))
-            and raw[2] in CPUID_REGISTERS
-            and 0 <= raw[3] < 32
-        )
-        if not ok:
-            r.fail("cpuid", f"must be [leaf, subleaf, register ({'/'.join(CPUID_REGISTERS)}), bit 0-31], got {raw!r}")
-        if not (0 <= raw[0] <= 0xFFFFFFFF and 0 <= raw[1] <= 0xFFFFFFFF):
-            r.fail("cpuid", f"leaf and subleaf must be 32-bit unsigned numbers, got {raw[0]!r}, {raw[1]!r}")
-        cpuid = (raw[0], raw[1], raw[2], raw[3])
-    x86_only = ("cpuid", "xcr0", "permission")
-    other_only = ("hwcap", "hwcap2", "sysctl")
-    for key in other_only if arch == "x86_64" else x86_only:
-        if key in r.table:
-            r.fail(key, f"does not apply to {arch} features (x86_64 uses {', '.join(x86_only)}; others {', '.join(other_only)})")
-    for key in ("hwcap", "hwcap2"):
-        if key in r.table and not 0 <= r.get(key, int) < 64:
-            r.fail(key, f"must be a bit number 0-63, got {r.table[key]}")
-    if "xcr0" in r.table and not 0 < r.get("xcr0", int) < 2**64:
-        r.fail("xcr0", f"must be a non-zero 64-bit mask of XCR0 state bits, got {r.table['xcr0']}")
-    permission = r.get("permission", str, None)
-    if permission is not None and permission not in PERMISSIONS:
-        r.fail("permission", f"unknown permission {permission!r} (allowed: {', '.join(PERMISSIONS)})")
-    sysctl = r.get("sysctl", str, None)
-    if sysctl is not None and "darwin" not in os_list:
-        r.fail("sysctl", f"arch {arch} does not list 'darwin' in its os, so a sysctl is never read")
-    feature = Feature(
-        name=name,
-        arch=arch,
-        cpuid=cpuid,
-        xcr0=r.get("xcr0", int, 0),
-        permission=permission,
-        hwcap=r.get("hwcap", int, None),
-        hwcap2=r.get("hwcap2", int, None),
-        sysctl=sysctl,
-    )
-    if arch == "x86_64" and cpuid is None:
-        r.fail("cpuid", "is required for x86_64 features")
-    if arch != "x86_64" and cpuid is not None:
-        r.fail("cpuid", f"is for x86_64 only, not {arch}")
-    if arch != "x86_64" and feature.hwcap is None and feature.hwcap2 is None and feature.sysctl is None:
-        r.fail(None, "needs hwcap, hwcap2 or sysctl to be detectable")
-    return feature
+def _default_arch(name: str, hw: Hardware) -> Arch:
+    return _parse_arch(Path("-"), name, {}, hw)
 
 
-def _parse_variant(path: Path, index: int, table: Any, arches: dict[str, Arch], features: dict[str, dict[str, Feature]]) -> Variant:
-    label = table.get("name", f"#{index + 1}") if isinstance(table, dict) else f"#{index + 1}"
-    r = _Reader(path, f"variant {label!r}", table)
-    r.only(("name", "arch", "priority", "requires", "description", "compilers", "flags"))
-    name = r.get("name", str)
-    if not NAME_PATTERN.match(name):
-        r.fail("name", f"{name!r} must be lower case letters, digits and '_' (it is part of a file name)")
-    arch_name = r.get("arch", str)
-    if arch_name not in arches:
-        r.fail("arch", f"unknown arch {arch_name!r} (declared: {', '.join(arches)})")
-    r.where = f"variant {name!r} ({arch_name})"
-    arch = arches[arch_name]
-    priority = r.get("priority", int)
-    known = features.get(arch_name, {})
-    requires = r.strings("requires")
-    for feat in requires:
-        if feat not in known:
-            r.fail("requires", f"unknown feature {feat!r} for {arch_name} (known: {', '.join(known)})")
-    compilers = r.strings("compilers", list(arch.compilers), choices=COMPILER_FAMILIES)
-    for family in compilers:
-        if family not in arch.compilers:
-            r.fail("compilers", f"{family!r} is not a compiler family of arch {arch_name}")
-    flags_table = r.get("flags", dict)
-    flags: dict[str, tuple[str, ...]] = {}
-    for family, value in flags_table.items():
-        if family not in COMPILER_FAMILIES:
-            r.fail("flags", f"unknown compiler family {family!r} (allowed: {', '.join(COMPILER_FAMILIES)})")
-        if family not in compilers:
-            r.fail("flags", f"gives flags for {family!r}, which the variant does not claim (compilers: {', '.join(compilers)})")
-        if not isinstance(value, list) or not value or not all(isinstance(f, str) and f for f in value):
-            r.fail(f"flags.{family}", f"must be a non-empty list of non-empty strings, got {value!r}")
+@dataclass(frozen=True, kw_only=True)
+class _RawVariant:
+    index: int
+    name: str
+    reader: _Reader
+
+
+def _merge_flags(parent: tuple[str, ...], child: tuple[str, ...]) -> tuple[str, ...]:
+    """Parent's flags, then the child's; a child `-X=value` replaces the parent's `-X=...`."""
+    keys = {f.split("=", 1)[0] for f in child if "=" in f}
+    kept = [f for f in parent if f not in child and ("=" not in f or f.split("=", 1)[0] not in keys)]
+    return (*kept, *child)
+
+
+def _read_flags(r: _Reader, families: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """`flags = [...]` (every family) or `flags = { default = [...], apple-clang = [...] }`."""
+    raw = r.get("flags", (list, dict), None)
+    if raw is None:
+        return {}
+    table = {"default": raw} if isinstance(raw, list) else raw
+    allowed = ("default", *COMPILER_FAMILIES)
+    out: dict[str, tuple[str, ...]] = {}
+    for family, value in table.items():
+        key = "flags" if isinstance(raw, list) else f"flags.{family}"
+        if family not in allowed:
+            r.fail("flags", f"unknown compiler family {family!r} (allowed: {', '.join(allowed)})")
+        if not isinstance(value, list) or not all(isinstance(f, str) and f for f in value):
+            r.fail(key, f"must be a list of non-empty strings, got {value!r}")
         for flag in value:
             if NATIVE_FLAG.match(flag):
-                r.fail(f"flags.{family}", f"{flag} tunes the wheel to the build machine; name the ISA explicitly")
-        flags[family] = tuple(value)
-    for family in compilers:
-        if family not in flags:
-            r.fail("flags", f"no flags for compiler family {family!r}, which the variant claims")
-    return Variant(
-        name=name,
-        arch=arch_name,
-        priority=priority,
-        requires=requires,
-        description=r.get("description", str, ""),
-        compilers=compilers,
-        flags=flags,
-    )
+                r.fail(key, f"{flag} tunes the wheel to the build machine; name the ISA explicitly")
+        if family != "default" and family not in families:
+            r.fail("flags", f"gives flags for {family!r}, which the variant does not build with (compilers: {', '.join(families)})")
+        out[family] = tuple(value)
+    default = out.pop("default", None)
+    if default is not None:
+        for family in families:
+            out.setdefault(family, default)
+    return out
 
 
-def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml") -> Matrix:
+def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw: Hardware) -> tuple[Variant, ...]:
+    raws: list[_RawVariant] = []
+    for index, table in enumerate(raw_list):
+        label = table.get("name", f"#{index + 1}") if isinstance(table, dict) else f"#{index + 1}"
+        r = _Reader(path, f"variant {label!r}", table)
+        r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags"))
+        name = r.get("name", str)
+        if not NAME_PATTERN.match(name):
+            r.fail("name", f"{name!r} must be lower case letters, digits and '_' (it is part of a file name)")
+        if name in RESERVED_NAMES:
+            r.fail("name", f"{name!r} is reserved (reserved: {', '.join(RESERVED_NAMES)})")
+        raws.append(_RawVariant(index=index, name=name, reader=r))
+    done: dict[int, Variant] = {}
+
+    def resolve(raw: _RawVariant, chain: tuple[str, ...]) -> Variant:
+        if raw.index in done:
+            return done[raw.index]
+        r = raw.reader
+        parent: Variant | None = None
+        extends = r.get("extends", str, None)
+        if extends is not None:
+            if extends in chain:
+                r.fail("extends", f"forms a cycle: {' -> '.join((*chain, extends))}")
+            arch_hint = r.table.get("arch")
+            resolved = [resolve(p, (*chain, raw.name)) for p in raws if p.name == extends and p.index != raw.index]
+            matching = [p for p in resolved if arch_hint is None or p.arch == arch_hint]
+            if not matching:
+                r.fail("extends", f"no variant {extends!r} to extend" + (f" for {arch_hint}" if arch_hint else ""))
+            if len(matching) > 1:
+                r.fail("extends", f"{extends!r} names variants of several arches; add arch = \"...\"")
+            parent = matching[0]
+        arch_name = r.get("arch", str, parent.arch if parent else ...)
+        if arch_name not in arches:
+            canonical = hw.canonical_arch(arch_name)
+            if canonical is None:
+                r.fail("arch", f"unknown arch {arch_name!r} (cpubuild knows: {', '.join(hw.arches)})")
+            elif canonical != arch_name:
+                r.fail("arch", f"write the arch as {canonical!r} ({arch_name!r} is an alias)")
+            arches[arch_name] = _default_arch(arch_name, hw)
+        if parent is not None and parent.arch != arch_name:
+            r.fail("extends", f"{extends!r} is a {parent.arch} variant, this one is {arch_name}")
+        r.where = f"variant {raw.name!r} ({arch_name})"
+        arch = arches[arch_name]
+        known = hw.features[arch_name]
+        own = r.strings("requires", ())
+        for feat in own:
+            if feat not in known:
+                r.fail("requires", f"unknown feature {feat!r} for {arch_name} (known: {', '.join(known)}); see {DOCS}")
+        requires = hw.closure(arch_name, (*(parent.requires if parent else ()), *own))
+        priority = r.get("priority", int, parent.priority + PRIORITY_STEP if parent else ...)
+        default_families = parent.compilers if parent else arch.compilers
+        compilers = r.strings("compilers", list(default_families), choices=COMPILER_FAMILIES)
+        for family in compilers:
+            if family not in arch.compilers:
+                why = " (add os = [\"linux\", \"darwin\"] to [arch.aarch64])" if family == "apple-clang" else ""
+                r.fail("compilers", f"{family!r} is not a compiler family this project builds {arch_name} with{why}")
+        flags = _read_flags(r, compilers)
+        if parent is not None:
+            flags = {f: _merge_flags(parent.flags.get(f, ()), flags.get(f, ())) for f in compilers}
+        for family in compilers:
+            if not flags.get(family):
+                r.fail("flags", f"no flags for compiler family {family!r}, which the variant builds with")
+        variant = Variant(
+            name=raw.name,
+            arch=arch_name,
+            priority=priority,
+            requires=requires,
+            description=r.get("description", str, parent.description if parent else ""),
+            compilers=compilers,
+            flags={f: flags[f] for f in compilers},
+            extends=parent.name if parent else None,
+        )
+        done[raw.index] = variant
+        return variant
+
+    return tuple(resolve(raw, ()) for raw in raws)
+
+
+def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml", *, hw: Hardware | None = None) -> Matrix:
     """Validate already-parsed TOML data (kept separate for unit tests)."""
     path = Path(path)
+    hw = hw or hardware()
     top = _Reader(path, "top level", data)
-    top.only(("schema", "arch", "features", "variant"))
-    if top.get("schema", int) != 1:
-        top.fail("schema", f"unsupported schema {data['schema']!r} (this loader reads 1)")
-    arches = {name: _parse_arch(path, name, t) for name, t in top.get("arch", dict).items()}
-    if not arches:
-        top.fail("arch", "declares no arch")
-    features: dict[str, dict[str, Feature]] = {}
-    for arch_name, table in top.get("features", dict).items():
-        if arch_name not in arches:
-            top.fail("features", f"features for undeclared arch {arch_name!r}")
-        r = _Reader(path, f"features.{arch_name}", table)
-        features[arch_name] = {
-            n: _parse_feature(path, arch_name, arches[arch_name].os, n, t) for n, t in r.table.items()
-        }
+    top.only(("schema", "arch", "variant"))
+    schema = top.get("schema", int)
+    if schema == 1:
+        top.fail("schema", f"schema 1 restated hardware facts ([features], arch triplets); cpubuild now ships them: "
+                           f"drop [features.*] and the [arch.*] fields, set schema = 2 (see {DOCS})")
+    if schema != SCHEMA:
+        top.fail("schema", f"unsupported schema {schema!r} (this cpubuild reads {SCHEMA})")
+    arches = {name: _parse_arch(path, name, t, hw) for name, t in top.get("arch", dict, {}).items()}
     if isinstance(top.table.get("variant"), dict):
         top.fail("variant", "must be an array of tables: write each variant as [[variant]], not [variant]")
     raw_variants = top.get("variant", list)
-    variants = tuple(_parse_variant(path, i, t, arches, features) for i, t in enumerate(raw_variants))
+    if not raw_variants:
+        top.fail("variant", "declares no variant")
+    variants = _parse_variants(path, raw_variants, arches, hw)
+    arches = {name: arches[name] for name in hw.arches if name in arches}  # the hardware data's order
     _check_across(path, arches, variants)
+    features = {name: hw.features[name] for name in arches}
     return Matrix(path=str(path), arches=arches, features=features, variants=variants)
 
 
@@ -375,9 +397,15 @@ def _check_across(path: Path, arches: dict[str, Arch], variants: tuple[Variant, 
                 f"variant {base.name!r} ({arch}), field 'priority'",
                 f"the baseline must have the lowest priority, but {mine[0].name!r} has {mine[0].priority} < {base.priority}",
             )
+        labels: dict[str, str] = {}
+        for v in mine:  # wheel labels drop '_' (PEP 440 local segments): names must stay apart
+            other_name = labels.setdefault(v.name.replace("_", ""), v.name)
+            if other_name != v.name:
+                raise MatrixError(path, f"variant {v.name!r} ({arch}), field 'name'",
+                                  f"{other_name!r} and {v.name!r} share the wheel label {v.name.replace('_', '')!r}; rename one")
 
 
-def load_matrix(path: Path | str = DEFAULT_MATRIX) -> Matrix:
+def load_matrix(path: Path | str) -> Matrix:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -399,54 +427,70 @@ def _cmake_list(items: tuple[str, ...] | list[str]) -> str:
     return ";".join(i.replace(";", "\\;") for i in items)
 
 
-def cmake_variables(matrix: Matrix, arch: str, family: str) -> str:
-    """A CMake script that sets the variants of `arch` and their flags for `family`."""
-    lines = [f"# generated from {matrix.path} - do not edit", f'set(CPUKERN_ALL_VARIANTS "{_cmake_list([v.name for v in matrix.variants_for(arch)])}")']
-    usable = []
-    for v in matrix.variants_for(arch):
-        if family in v.flags:
-            usable.append(v.name)
-            lines.append(f'set(CPUKERN_VARIANT_{v.name}_FLAGS "{_cmake_list(v.flags[family])}")')
-            lines.append(f'set(CPUKERN_VARIANT_{v.name}_PRIORITY {v.priority})')
-    lines.insert(2, f'set(CPUKERN_VARIANTS "{_cmake_list(usable)}")')
-    lines.insert(3, f'set(CPUKERN_BASELINE_VARIANT "{matrix.baseline(arch).name}")')
+def _cmake_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def cmake_variables(matrix: Matrix, config: ProjectConfig, arch: str, family: str) -> str:
+    """A CMake script that sets the project facts and the variants of `arch` with their flags for `family`."""
+    usable = [v for v in matrix.variants_for(arch) if family in v.flags]
+    lines = [
+        f"# generated by cpubuild {__version__} from {matrix.path} - do not edit",
+        f"set(CPUBUILD_PACKAGE {_cmake_string(config.package)})",
+        f"set(CPUBUILD_ENV_PREFIX {_cmake_string(config.env_prefix)})",
+        f"set(CPUBUILD_ARCH {_cmake_string(arch)})",
+        f"set(CPUBUILD_ALL_VARIANTS {_cmake_string(_cmake_list([v.name for v in matrix.variants_for(arch)]))})",
+        f"set(CPUBUILD_VARIANTS {_cmake_string(_cmake_list([v.name for v in usable]))})",
+        f"set(CPUBUILD_BASELINE_VARIANT {_cmake_string(matrix.baseline(arch).name)})",
+        f"set(CPUBUILD_MATRIX_FILE {_cmake_string(matrix.path)})",
+    ]
+    for v in usable:
+        lines.append(f"set(CPUBUILD_VARIANT_{v.name}_FLAGS {_cmake_string(_cmake_list(v.flags[family]))})")
+        lines.append(f"set(CPUBUILD_VARIANT_{v.name}_PRIORITY {v.priority})")
     return "\n".join(lines) + "\n"
 
 
+def _write_if_changed(out: Path, text: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text(encoding="utf-8") != text:  # keep mtimes stable for rebuilds
+        out.write_text(text, encoding="utf-8")
+
+
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--matrix", default=str(DEFAULT_MATRIX))
+    parser = argparse.ArgumentParser(prog="python -m cpubuild.matrix", description=__doc__)
+    parser.add_argument("--project", required=True, help="the project directory (pyproject.toml with [tool.cpubuild])")
     sub = parser.add_subparsers(dest="command", required=True)
     p_cmake = sub.add_parser("cmake", help="write the CMake variables of one arch and compiler family")
-    p_cmake.add_argument("--arch", required=True)
+    p_cmake.add_argument("--arch", required=True, help="arch name or alias (e.g. CMAKE_SYSTEM_PROCESSOR)")
     p_cmake.add_argument("--compiler", required=True, choices=COMPILER_FAMILIES)
     p_cmake.add_argument("--out", required=True)
     p_man = sub.add_parser("manifest", help="write the runtime manifest of the built variants")
     p_man.add_argument("--arch", required=True)
     p_man.add_argument("--variants", required=True, help="';'- or ','-separated built variants")
     p_man.add_argument("--library", required=True, help="library file name with {variant}")
+    p_man.add_argument("--probe", required=True, help="the probe library's file name")
     p_man.add_argument("--out", required=True)
-    sub.add_parser("check", help="validate the matrix")
+    sub.add_parser("check", help="validate the project's matrix")
     args = parser.parse_args(argv)
     try:
-        matrix = load_matrix(args.matrix)
-        if args.command in ("cmake", "manifest") and args.arch not in matrix.arches:
-            raise MatrixError(args.matrix, "arch", f"no arch {args.arch!r} (declared: {', '.join(matrix.arches)})")
-    except MatrixError as exc:
+        config = load_config(Path(args.project))
+        matrix = load_matrix(config.matrix)
+        arch = ""
+        if args.command in ("cmake", "manifest"):
+            arch = hardware().canonical_arch(args.arch) or args.arch
+            if arch not in matrix.arches:
+                raise MatrixError(matrix.path, "arch", f"no variants for {args.arch!r} (this project builds: {', '.join(matrix.arches)})")
+    except (ContractError, MatrixError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.command == "cmake":
-        text = cmake_variables(matrix, args.arch, args.compiler)
+        _write_if_changed(Path(args.out), cmake_variables(matrix, config, arch, args.compiler))
     elif args.command == "manifest":
         built = [v for v in re.split(r"[;,]", args.variants) if v]
-        text = json.dumps(matrix.manifest(args.arch, built, args.library), indent=1, sort_keys=True) + "\n"
+        data = matrix.manifest(arch, built, args.library, probe=args.probe, project=config.runtime_facts())
+        _write_if_changed(Path(args.out), json.dumps(data, indent=1) + "\n")  # deterministic: built in a fixed order
     else:
         print(f"{matrix.path}: ok ({len(matrix.variants)} variants)")
-        return 0
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists() or out.read_text() != text:  # keep mtimes stable for rebuilds
-        out.write_text(text)
     return 0
 
 

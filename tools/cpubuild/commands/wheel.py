@@ -9,16 +9,17 @@ from typing import Any
 
 import click
 
+from .. import hostprobe
 from ..errors import CpubuildError, ToolMissingError, UsageError
+from ..hardware import hardware
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
-from ..wheelbuild import hostcpu
+from ..project import Project, find_project
 from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
-from ..wheelbuild.project import Project, find_project
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
 from ..wheelbuild.runner import execute
-from ..wheelbuild.version import source_version
+from ..wheelbuild.version import SourceVersion, source_version, static_source_version
 
 
 def resolve_ccache(choice: str) -> str | None:
@@ -34,24 +35,23 @@ def plan_from_options(
     project: Project, matrix: Matrix, options: WheelOptions, *, host: Host, verbose: bool = False
 ) -> BuildPlan:
     """Options -> plan: validates the arch and ISA names, resolves the version. Runs nothing."""
-    arch = options.arch or host.arch
+    arch = (hardware().canonical_arch(options.arch) or options.arch) if options.arch else host.arch
     if arch not in matrix.arches:
-        raise UsageError(f"unknown arch {arch!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
-    platform = select_platform(arch, host)
+        raise UsageError(f"unknown arch {options.arch or arch!r} ({matrix.path} has variants for: {', '.join(matrix.arches)})")
+    platform = select_platform(matrix.arches[arch], host)
 
     def native() -> str:
-        features = hostcpu.host_features(arch, matrix.features.get(arch, {}))
+        features = hostprobe.host_features(arch, matrix.features.get(arch, {}))
         return best_runnable(matrix, arch, features.found).name
 
     isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None)
-    source = source_version(project.root, project.base_version_file, os.environ)
     isolated = not project.backend_importable() if options.isolation == "auto" else options.isolation == "on"
     return make_plan(
         matrix=matrix,
         project=project.root,
         isa=isa,
         platform=platform.name,
-        source=source,
+        source=project_source_version(project),
         build_root=options.build_root or project.root / "build" / "cpubuild",
         out_dir=Path.cwd() / options.out,
         frontend=(("uv" if shutil.which("uv") else "build") if options.frontend == "auto" else options.frontend),
@@ -62,7 +62,17 @@ def plan_from_options(
         clean=options.clean,
         verbose=verbose,
         inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
+        relabel=project.config.static_version is not None,
     )
+
+
+def project_source_version(project: Project) -> SourceVersion:
+    """A static [project] version as written, else cpubuild's provider's (git, CPUBUILD_VERSION)."""
+    if project.config.static_version is not None:
+        return static_source_version(project.config.static_version, project.root, os.environ)
+    base = project.base_version_file
+    assert base is not None
+    return source_version(project.root, base, os.environ)
 
 
 @click.command(name="wheel")
@@ -127,6 +137,9 @@ def command(
 
 def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:
     project = find_project(project_dir)
+    problems = project.cmake_problems()
+    if problems:
+        raise UsageError(problems[0])
     options = layer_options(
         pyproject=project.tool("cpubuild", "wheel") or {},
         environ=os.environ,
@@ -137,7 +150,7 @@ def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose:
     matrix = project.load_matrix()
     host = Host.current()
     plan = plan_from_options(project, matrix, options, host=host, verbose=verbose)
-    platform = select_platform(plan.arch, host)
+    platform = select_platform(plan.target, host)
     reporter = make_reporter(quiet=quiet, verbose=verbose)
     reporter.note(f"{plan.arch} [{', '.join(plan.variants)}] -> {plan.version}")
     return execute(plan, platform, matrix, reporter)

@@ -15,7 +15,6 @@ its name in PLATFORM_MODULES; nothing else changes.
 from __future__ import annotations
 
 import importlib
-import platform as _platform
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import UsageError
+from ..hardware import host_arch
 
 if TYPE_CHECKING:
     from ..matrix import Arch
@@ -34,20 +34,17 @@ if TYPE_CHECKING:
 # Tried in order; the first whose `builds(arch, host)` is true builds the wheel.
 PLATFORM_MODULES: tuple[str, ...] = ("linux_native", "linux_cross", "macos")
 
-ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
-
 Log = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
     os: str  # sys.platform style: linux, darwin
-    arch: str  # matrix vocabulary when known (x86_64, aarch64, s390x)
+    arch: str  # the hardware data's name when known (x86_64, aarch64, s390x)
 
     @classmethod
     def current(cls) -> Host:
-        machine = _platform.machine().lower()
-        return cls(os="darwin" if sys.platform == "darwin" else sys.platform, arch=ARCH_ALIASES.get(machine, machine))
+        return cls(os="darwin" if sys.platform == "darwin" else sys.platform, arch=host_arch())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,8 +73,8 @@ class Platform(Protocol):
     name: str
     description: str
 
-    def builds(self, arch: str, host: Host) -> bool:
-        """Whether this platform produces wheels for `arch` on `host`."""
+    def builds(self, arch: Arch, host: Host) -> bool:
+        """Whether this platform produces wheels for `arch` (as the project builds it) on `host`."""
         ...
 
     def requirements(self, arch: Arch) -> Sequence[Requirement]:
@@ -107,10 +104,10 @@ def registered() -> list[Platform]:
     return found
 
 
-def select_platform(arch: str, host: Host | None = None) -> Platform:
+def select_platform(arch: Arch, host: Host | None = None) -> Platform:
     host = host or Host.current()
     for candidate in registered():
         if candidate.builds(arch, host):
             return candidate
     names = ", ".join(p.name for p in registered())
-    raise UsageError(f"no build platform for {arch} wheels on this {host.os} {host.arch} host (registered: {names})")
+    raise UsageError(f"no build platform for {arch.name} wheels on this {host.os} {host.arch} host (registered: {names})")

@@ -1,8 +1,9 @@
 """Linux wheels for another arch, cross-compiled with the Debian cross toolchains.
 
 No emulated compiler anywhere: `<triplet>-gcc`/`<triplet>-g++` (the triplet
-comes from isa_matrix.toml's [arch.*] table) build every variant through the
-generic toolchain file cmake/toolchains/linux-cross.cmake; the wheel is tagged
+comes from cpubuild's hardware data) build every variant through the generic
+toolchain file cpubuild ships (cpubuild/cmake/toolchains/linux-cross.cmake);
+the wheel is tagged
 for the target with `_PYTHON_HOST_PLATFORM` (scikit-build-core honours it) and
 repaired by auditwheel, which reads the foreign ELF files itself and resolves
 their libraries in the cross sysroot (`--ldpaths /usr/<triplet>/lib...`)
@@ -15,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cmake import TOOLCHAINS
 from ..errors import ToolMissingError
-from ..matrix import Arch, load_matrix
+from ..matrix import Arch
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
 from ..wheelbuild.repair import Repaired, repair_linux
@@ -24,7 +26,7 @@ from ..wheelbuild.tools import Requirement, apt_fix
 from . import BuildSetup, Host, Log, Toolchain
 from .linux_native import common_requirements, linux_setup
 
-TOOLCHAIN_IN_PROJECT = Path("cmake/toolchains/linux-cross.cmake")
+TOOLCHAIN_FILE = TOOLCHAINS / "linux-cross.cmake"
 # Debian's cross packages install the target's libraries here.
 SYSROOT_PATTERN = "/usr/{triplet}"
 
@@ -57,14 +59,14 @@ def cross_settings(arch: Arch, toolchain_file: Path) -> dict[str, str]:
     """The config-settings a cross build adds (pure: unit-tested)."""
     return {
         "cmake.toolchain-file": str(toolchain_file),
-        "cmake.define.CPUKERN_CROSS_TRIPLET": arch.triplet,
-        "cmake.define.CPUKERN_CROSS_SYSROOT": str(sysroot(arch)),
-        "cmake.define.CPUKERN_ARCH": arch.name,
+        "cmake.define.CPUBUILD_CROSS_TRIPLET": arch.triplet,
+        "cmake.define.CPUBUILD_CROSS_SYSROOT": str(sysroot(arch)),
+        "cmake.define.CPUBUILD_ARCH": arch.name,
     }
 
 
 def cross_env(arch: Arch) -> dict[str, str]:
-    return {"_PYTHON_HOST_PLATFORM": host_platform_tag(arch), "CPUKERN_CROSS_TRIPLET": arch.triplet}
+    return {"_PYTHON_HOST_PLATFORM": host_platform_tag(arch), "CPUBUILD_CROSS_TRIPLET": arch.triplet}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +74,8 @@ class LinuxCross:
     name: str = "linux-cross"
     description: str = "Debian cross toolchains (<triplet>-g++) for another Linux arch; auditwheel against the target's policy"
 
-    def builds(self, arch: str, host: Host) -> bool:
-        return host.os == "linux" and arch != host.arch
+    def builds(self, arch: Arch, host: Host) -> bool:
+        return host.os == "linux" and "linux" in arch.os and arch.name != host.arch
 
     def requirements(self, arch: Arch) -> Sequence[Requirement]:
         cc, cxx = compiler_names(arch)
@@ -98,21 +100,16 @@ class LinuxCross:
         return toolchain
 
     def setup(self, plan: BuildPlan, toolchain: Toolchain, log: Log) -> BuildSetup:
-        arch = plan_arch(plan)
+        arch = plan.target
         base = linux_setup(plan, toolchain, log)
         return BuildSetup(
-            config_settings={**base.config_settings, **cross_settings(arch, plan.project / TOOLCHAIN_IN_PROJECT)},
+            config_settings={**base.config_settings, **cross_settings(arch, TOOLCHAIN_FILE)},
             env={**base.env, **cross_env(arch)},
             notes=(*base.notes, f"cross: {toolchain.cxx.display}, sysroot {sysroot(arch)}, tag {host_platform_tag(arch)}"),
         )
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
-        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan_arch(plan)))
-
-
-def plan_arch(plan: BuildPlan) -> Arch:
-    """The [arch.*] table of the project being built."""
-    return load_matrix(plan.project / "isa_matrix.toml").arches[plan.arch]
+        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan.target))
 
 
 PLATFORM = LinuxCross()

@@ -53,7 +53,7 @@ def linux_setup(plan: BuildPlan, toolchain: Toolchain, log: Log) -> BuildSetup:
             # executable are not supported here: use a toolchain file for those).
             "cmake.define.CMAKE_C_COMPILER": toolchain.c.command[0],
             "cmake.define.CMAKE_CXX_COMPILER": toolchain.cxx.command[0],
-            "cmake.define.CPUKERN_SYMVER_HEADER": str(header),
+            "cmake.define.CPUBUILD_SYMVER_HEADER": str(header),
         },
         notes=(f"{count} symbol-version bindings for {plan.manylinux}",),
     )
@@ -64,8 +64,8 @@ class LinuxNative:
     name: str = "linux-native"
     description: str = "the host's compilers for the host's arch; auditwheel repair"
 
-    def builds(self, arch: str, host: Host) -> bool:
-        return host.os == "linux" and arch == host.arch
+    def builds(self, arch: Arch, host: Host) -> bool:
+        return host.os == "linux" and arch.name == host.arch
 
     def requirements(self, arch: Arch) -> Sequence[Requirement]:
         return [

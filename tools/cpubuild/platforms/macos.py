@@ -1,6 +1,6 @@
 """macOS wheels (Apple silicon) with Apple clang, on a macOS host.
 
-Flags come from isa_matrix.toml's `apple-clang` entries; CMake gets
+Flags come from the project matrix's `apple-clang` entries; CMake gets
 CMAKE_OSX_ARCHITECTURES and CMAKE_OSX_DEPLOYMENT_TARGET from the arch's
 `macos` tag (macosx_11_0_arm64 -> arm64, 11.0), and scikit-build-core tags the
 wheel from MACOSX_DEPLOYMENT_TARGET and ARCHFLAGS. The variant libraries link
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailedError, UsageError
-from ..matrix import Arch, load_matrix
+from ..matrix import Arch
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
 from ..wheelbuild.repair import Repaired
@@ -64,7 +64,7 @@ def parse_tag(tag: str) -> MacTag:
 
 def mac_tag(arch: Arch) -> MacTag:
     if arch.macos is None or "darwin" not in arch.os:
-        raise UsageError(f"isa_matrix.toml declares no macOS build for {arch.name}")
+        raise UsageError(f"this project builds no macOS wheels for {arch.name} (add os = [\"linux\", \"darwin\"] to [arch.{arch.name}] in isa_matrix.toml)")
     return parse_tag(arch.macos)
 
 
@@ -74,7 +74,7 @@ def macos_settings(arch: Arch) -> dict[str, str]:
     return {
         "cmake.define.CMAKE_OSX_ARCHITECTURES": tag.machine,
         "cmake.define.CMAKE_OSX_DEPLOYMENT_TARGET": tag.deployment_target,
-        "cmake.define.CPUKERN_ARCH": arch.name,
+        "cmake.define.CPUBUILD_ARCH": arch.name,
     }
 
 
@@ -126,7 +126,7 @@ def macho_problems(name: str, info: MachO, tag: MacTag) -> list[str]:
         problems.append(f"{name}: built for {info.cpu}, the tag says {tag.machine}")
     for lib in info.dylibs:
         if not lib.startswith(SYSTEM_PREFIXES):
-            problems.append(f"{name}: loads {lib}, which is not part of macOS (nothing is grafted into cpukern wheels)")
+            problems.append(f"{name}: loads {lib}, which is not part of macOS (nothing is grafted into macOS wheels)")
     if info.minos is not None and info.minos > (tag.major, tag.minor):
         problems.append(f"{name}: needs macOS {info.minos[0]}.{info.minos[1]}, above the tag's {tag.deployment_target}")
     return problems
@@ -154,11 +154,8 @@ class MacOS:
     name: str = "macos"
     description: str = "Apple clang on a macOS host; Mach-O portability check instead of auditwheel"
 
-    def builds(self, arch: str, host: Host) -> bool:
-        if host.os != "darwin":
-            return False
-        declared = load_matrix().arches.get(arch)
-        return declared is not None and "darwin" in declared.os
+    def builds(self, arch: Arch, host: Host) -> bool:
+        return host.os == "darwin" and "darwin" in arch.os
 
     def requirements(self, arch: Arch) -> Sequence[Requirement]:
         return [
@@ -174,7 +171,7 @@ class MacOS:
         return Toolchain(c=identify(cc), cxx=identify(cxx))
 
     def setup(self, plan: BuildPlan, toolchain: Toolchain, log: Log) -> BuildSetup:
-        arch = load_matrix(plan.project / "isa_matrix.toml").arches[plan.arch]
+        arch = plan.target
         settings = {
             "cmake.define.CMAKE_C_COMPILER": toolchain.c.command[0],
             "cmake.define.CMAKE_CXX_COMPILER": toolchain.cxx.command[0],
@@ -185,11 +182,11 @@ class MacOS:
                           notes=(f"macOS {env['MACOSX_DEPLOYMENT_TARGET']} {mac_tag(arch).machine} with {toolchain.cxx.display}",))
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
-        arch = load_matrix(plan.project / "isa_matrix.toml").arches[plan.arch]
+        arch = plan.target
         tag = mac_tag(arch)
         platforms = inspect(wheel).platforms
         if platforms != (arch.macos,):
-            raise BuildFailedError(f"{wheel.name} is tagged {'.'.join(platforms)}, isa_matrix.toml aims at {arch.macos}")
+            raise BuildFailedError(f"{wheel.name} is tagged {'.'.join(platforms)}, the project aims at {arch.macos}")
         problems = wheel_problems(wheel, tag)
         if problems:
             raise BuildFailedError(f"{wheel.name} would not load on every Mac its tag admits", detail="\n".join(problems))

@@ -3,13 +3,16 @@
 `python -m build`, `uv build` or `pip wheel` run with config-settings only (no
 setup.py, nothing written into the source tree). Their output is streamed to
 the build log and parsed into progress events: scikit-build-core's stage
-markers and ninja's `[n/N]` lines, attributed to variants by target name.
+markers and ninja's `[n/N]` lines, attributed to variants by target name
+(cpubuild_add_variants names them `<name>_<variant>`, `<name>_probe` and
+`<name>_common`, whatever the project's name is).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import functools
 import re
 import shutil
 import signal
@@ -29,7 +32,8 @@ _STAGES = (
     ("*** Making wheel", "package"),
 )
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
-_TARGET = re.compile(r"cpukern_(\w+?)(?:\.dir/|\.so\b|\.dylib\b)")
+# Targets of cpubuild_add_variants besides the variants themselves.
+EXTRA_TARGETS = ("probe", "common")
 _FAILED = re.compile(r"^FAILED: (.*)$")
 _CREATED = re.compile(r"^\*\*\* Created (\S+\.whl)")
 _CMAKE_VARIANT = re.compile(r"variant '(\w+)'")
@@ -40,14 +44,23 @@ class Event:
     kind: str  # stage | step | failed | created | nowork | cmake-error
     text: str
     stage: str | None = None
-    target: str | None = None  # variant name, or "probe"
+    target: str | None = None  # variant name, "probe" or "common"
     step: int | None = None
     total: int | None = None
     action: str | None = None  # "compile" or "link"
 
 
-def parse_line(line: str) -> Event | None:
-    """Pure: one log line -> a progress event (None for ordinary output)."""
+@functools.lru_cache(maxsize=16)
+def _target_pattern(variants: tuple[str, ...]) -> re.Pattern[str]:
+    names = sorted({*variants, *EXTRA_TARGETS}, key=len, reverse=True)
+    return re.compile(r"_(" + "|".join(map(re.escape, names)) + r")(?:\.dir/|\.so\b|\.dylib\b)")
+
+
+def parse_line(line: str, variants: Sequence[str] = ()) -> Event | None:
+    """Pure: one log line -> a progress event (None for ordinary output).
+
+    `variants`: the variant names being built, to attribute steps to them."""
+    target_re = _target_pattern(tuple(variants))
     text = line.rstrip("\n")
     stripped = text.strip()
     for marker, stage in _STAGES:
@@ -59,7 +72,7 @@ def parse_line(line: str) -> Event | None:
     ninja = _NINJA.match(stripped)
     if ninja:
         desc = ninja.group(3)
-        target = _TARGET.search(desc)
+        target = target_re.search(desc)
         action = "link" if desc.startswith("Linking") else "compile"
         return Event(
             kind="step", text=desc, target=target.group(1) if target else None,
@@ -67,14 +80,14 @@ def parse_line(line: str) -> Event | None:
         )
     failed = _FAILED.match(stripped)
     if failed:
-        target = _TARGET.search(failed.group(1))
+        target = target_re.search(failed.group(1))
         return Event(kind="failed", text=stripped, target=target.group(1) if target else None)
     if stripped == "ninja: no work to do.":
         return Event(kind="nowork", text=stripped)
     if stripped.startswith("CMake Error"):
         return Event(kind="cmake-error", text=stripped)
     mentioned = _CMAKE_VARIANT.search(stripped)
-    if mentioned and "cpukern:" in stripped:
+    if mentioned and "cpubuild:" in stripped:
         return Event(kind="cmake-error", text=stripped, target=mentioned.group(1))
     return None
 
@@ -139,6 +152,7 @@ def run_frontend(
     on_event: Callable[[Event], None],
     on_line: Callable[[str], None] | None = None,
     outdir: Path,
+    variants: Sequence[str] = (),
 ) -> FrontendResult:
     """Runs the frontend, streaming every line to `log` and events to `on_event`."""
     log.write("$ " + " ".join(cmd) + "\n")
@@ -154,7 +168,7 @@ def run_frontend(
             log.write(line)
             if on_line is not None:
                 on_line(line.rstrip("\n"))
-            event = parse_line(line)
+            event = parse_line(line, variants)
             if event is None:
                 continue
             if event.kind in ("failed", "cmake-error") and event.target and failed_target is None:

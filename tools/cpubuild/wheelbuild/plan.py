@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UnknownISAError, UsageError
-from ..matrix import Matrix, Variant
+from ..matrix import Arch, Matrix, Variant
 from .version import SourceVersion
 
 ALL = "all"
 NATIVE = "native"
 BASELINE = "baseline"  # on every arch: that arch's baseline variant, whatever its name
 CPU_LABEL = "cpu"
-ENV_BUILD_VERSION = "CPUKERN_BUILD_VERSION"  # read by wheelbuild/skbuild_version.py
+ENV_BUILD_VERSION = "CPUBUILD_BUILD_VERSION"  # read by cpubuild.version_provider
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,9 +135,11 @@ class BuildPlan:
 
     project: Path
     arch: str
+    target: Arch = field(hash=False)  # the arch's facts as this project builds it
     platform: str
     isa: IsaSet
     version: str
+    relabel: bool  # static [project] version: the wheel is renamed to `version` after the build
     source_version: str
     version_origin: str
     source_date_epoch: int
@@ -168,10 +170,10 @@ def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose
     settings = {
         "build-dir": str(build_dir),
         "cmake.build-type": "Release",
-        "cmake.define.CPUKERN_ARCH": isa.arch,
+        "cmake.define.CPUBUILD_ARCH": isa.arch,
         # An explicit list: CMake then fails (instead of skipping) when the
         # compiler cannot build a variant that was asked for.
-        "cmake.define.CPUKERN_ISA": isa.cmake_list,
+        "cmake.define.CPUBUILD_ISA": isa.cmake_list,
         "wheel.reproducible": "true",
         "build.verbose": "true" if verbose else "false",
     }
@@ -225,6 +227,7 @@ def make_plan(
     extra_settings: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     inherited_ccache_ignore: str = "",
+    relabel: bool = False,
 ) -> BuildPlan:
     arch = matrix.arches[isa.arch]
     build_dir = build_dir_for(build_root, isa.arch, isa)
@@ -237,7 +240,9 @@ def make_plan(
     return BuildPlan(
         project=project,
         arch=isa.arch,
+        target=arch,
         platform=platform,
+        relabel=relabel,
         isa=isa,
         version=version,
         source_version=source.text,

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import BuildFailedError
+from ..errors import BuildFailedError, UsageError
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
 from . import compilers, frontend, wheelzip
@@ -32,7 +32,7 @@ from .tools import require_all
 
 LOG_TAIL_LINES = 30
 # Variables that would silently change what the backend builds.
-SCRUBBED_ENV = ("CPUKERN_ISA_BUILD", "SKBUILD_BUILD_DIR")
+SCRUBBED_ENV = ("SKBUILD_BUILD_DIR",)
 
 
 @contextlib.contextmanager
@@ -65,8 +65,8 @@ def failure_message(*, stage: str | None, target: str | None, returncode: int) -
         return f"CMake configure failed for variant {target!r} (exit {returncode})"
     if target == "probe":
         return f"the CPU probe library failed to build (exit {returncode})"
-    if target == "runtime":  # csrc/runtime: compiled once, linked into every variant
-        return f"the shared runtime objects (csrc/runtime) failed to compile (exit {returncode})"
+    if target == "common":  # COMMON_SOURCES: compiled once, linked into every variant
+        return f"the shared objects (COMMON_SOURCES of cpubuild_add_variants) failed to compile (exit {returncode})"
     if target:
         return f"compile failed in variant {target!r} (exit {returncode})"
     return f"the wheel build failed during {stage or 'start-up'} (exit {returncode})"
@@ -86,7 +86,10 @@ def preflight(plan: BuildPlan, platform: Platform, matrix: Matrix, environ: Mapp
 def _verify(contents: wheelzip.WheelContents, plan: BuildPlan) -> None:
     problems = wheelzip.record_problems(contents.path)
     if contents.manifest is None:
-        problems.append("no _manifest.json in the wheel")
+        raise UsageError(
+            f"{contents.path.name} holds no {wheelzip.MANIFEST_NAME}: the project's CMakeLists.txt never called "
+            "cpubuild_add_variants(NAME SOURCES ...) (see docs/project.md)"
+        )
     else:
         built = set(contents.built_variants)
         present = set(contents.variant_libraries)
@@ -98,9 +101,17 @@ def _verify(contents: wheelzip.WheelContents, plan: BuildPlan) -> None:
         raise BuildFailedError(f"{contents.path.name} failed verification", detail="\n".join(problems))
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _deliver(source: Path, out_dir: Path) -> Path:
-    """Atomic move into the output directory (copy + rename across file systems)."""
+    """Atomic move into the output directory (copy + rename across file systems),
+    with the permissions a new file gets under the umask (temporary files are 0600)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    source.chmod(0o666 & ~_umask())
     target = out_dir / source.name
     try:
         os.replace(source, target)
@@ -234,7 +245,8 @@ def _build(
         reporter.event(event)
 
     outcome = frontend.run_frontend(
-        cmd, env=env, cwd=plan.project, log=log, on_event=on_event, on_line=reporter.line, outdir=dist
+        cmd, env=env, cwd=plan.project, log=log, on_event=on_event, on_line=reporter.line, outdir=dist,
+        variants=plan.variants,
     )
     if outcome.wheel is None:
         log.flush()
@@ -253,6 +265,8 @@ def _build(
         wheel, policy, audited, isa_check = outcome.wheel, built.platforms[0], "not audited (--no-repair)", "not run"
 
     reporter.stage("normalize")
+    if plan.relabel:  # a static [project] version: the ISA-set label goes on afterwards
+        wheel = wheelzip.set_version(wheel, plan.version)
     wheelzip.normalize(wheel, plan.source_date_epoch)
     contents = wheelzip.inspect(wheel)
     _verify(contents, plan)

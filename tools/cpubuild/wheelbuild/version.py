@@ -6,15 +6,16 @@ Rules (documented in docs/wheels.md):
 * N commits after tag ``vX.Y.Z`` build ``X.Y.(Z+1).devN+g<hash>`` (the next
   release's dev build, so it sorts after the tag and before the next release);
 * with no tag at all, the base version is the package's own ``__version__``
-  (``python/cpukern/_version.py``: 0.1.0) and N counts every commit:
-  ``0.1.0.devN+g<hash>``;
+  (the version provider's fallback file, e.g. 0.1.0) and N counts every
+  commit: ``0.1.0.devN+g<hash>``;
 * a tree with uncommitted changes to tracked files adds the local segment
   ``dirty`` (and the hash even on a tag), so it can never be mistaken for, or
   published over, the clean build of that commit;
 * ``SOURCE_DATE_EPOCH`` is the commit time.
 
 Without git metadata (a container build context), CPUBUILD_VERSION and
-SOURCE_DATE_EPOCH give both values explicitly.
+SOURCE_DATE_EPOCH give both values explicitly. A project with a static
+``[project] version`` builds exactly that version (plus the ISA-set label).
 """
 
 from __future__ import annotations
@@ -195,3 +196,18 @@ def source_version(project: Path, base_file: Path, environ: Mapping[str, str]) -
     if epoch is not None:
         return SourceVersion(public=version.public, local=version.local, source_date_epoch=epoch, origin=version.origin)
     return version
+
+
+def static_source_version(version: str, project: Path, environ: Mapping[str, str]) -> SourceVersion:
+    """A static [project] version, used as written; the timestamp comes from
+    SOURCE_DATE_EPOCH, else the commit time, else 1980."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise UsageError(f"{project / 'pyproject.toml'}: [project] version {version!r} is not a PEP 440 version") from None
+    if parsed.local:
+        raise UsageError(f"{project / 'pyproject.toml'}: [project] version {version!r} has a local label; "
+                         "cpubuild adds the ISA-set label (+cpu...) itself")
+    state = read_git_state(project)
+    epoch = epoch_from_env(environ) or (state.commit_time if state else ZIP_EPOCH_MIN)
+    return SourceVersion(public=str(parsed), local=(), source_date_epoch=epoch, origin="pyproject.toml [project] version (static)")

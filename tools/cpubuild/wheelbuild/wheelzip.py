@@ -62,6 +62,42 @@ def normalize(wheel: Path, epoch: int) -> None:
         raise
 
 
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def set_version(wheel: Path, version: str) -> Path:
+    """The same wheel under another version: file name, .dist-info / .data
+    directories, METADATA's Version and a recomputed RECORD. Returns the new
+    path (the old file is removed); `normalize` re-zips it deterministically."""
+    stem = wheel.name[: -len(".whl")]
+    dist, old, rest = stem.split("-", 2)
+    with zipfile.ZipFile(wheel) as src:
+        entries = [(info.filename, info.external_attr, src.read(info)) for info in src.infolist() if not info.is_dir()]
+    renamed: list[tuple[str, int, bytes]] = []
+    for name, attr, data in entries:
+        top, _, tail = name.partition("/")
+        if top in (f"{dist}-{old}.dist-info", f"{dist}-{old}.data"):
+            name = f"{dist}-{version}{top[len(dist) + 1 + len(old):]}/{tail}"
+            if tail == "METADATA":
+                text = data.decode("utf-8")
+                data = "".join(f"Version: {version}\n" if line.startswith("Version:") else line
+                               for line in text.splitlines(keepends=True)).encode("utf-8")
+        renamed.append((name, attr, data))
+    record = f"{dist}-{version}.dist-info/RECORD"
+    rows = [f"{name},{_record_hash(data)},{len(data)}" for name, _, data in renamed if name != record]
+    renamed = [e for e in renamed if e[0] != record] + [(record, 0o644 << 16, ("\n".join([*rows, f"{record},,"]) + "\n").encode())]
+    target = wheel.with_name(f"{dist}-{version}-{rest}.whl")
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for name, attr, data in renamed:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = attr
+            dst.writestr(info, data)
+    if target != wheel:
+        wheel.unlink()
+    return target
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:

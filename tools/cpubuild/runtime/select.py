@@ -1,7 +1,8 @@
 """Variant selection and feature decoding: pure functions, no I/O.
 
-The dispatcher feeds them the manifest (from isa_matrix.toml), the raw probe
-facts and the environment; tests feed them made-up hosts.
+The dispatcher feeds them the manifest (written at build time from the
+project's isa_matrix.toml and cpubuild's hardware data), the raw probe facts
+and the environment; tests feed them made-up hosts.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def decode_features(
     darwin: bool = False,
     permission: Callable[[str], bool] | None = None,
 ) -> FeatureReport:
-    """Turns raw probe facts into feature names using the matrix's specs.
+    """Turns raw probe facts into feature names using the manifest's specs.
 
     `permission(name)` asks the OS for an extra grant (Linux AMX tile data);
     it is called at most once per name, only when the CPU and XCR0 agree.
@@ -115,6 +116,8 @@ def select_variant(
     built: Iterable[str],
     forced: str | None = None,
     disabled: Iterable[str] = (),
+    env_prefix: str,
+    package: str = "this package",
 ) -> Selection:
     """The dispatcher contract.
 
@@ -123,6 +126,7 @@ def select_variant(
     that is built, not disabled and fully supported; `forced` must be built
     and supported, else UnknownISAError / UnsupportedISAError.
     """
+    force_env, disable_env = f"{env_prefix}_ISA", f"{env_prefix}_DISABLE_ISA"
     have = set(host_features)
     present = set(built)
     off = set(disabled)
@@ -132,14 +136,14 @@ def select_variant(
     available = [n for n in reversed(names) if n in present]
     for name in sorted(off):  # a typo must not silently disable nothing
         if name not in names:
-            raise UnknownISAError(name, available, known=False, env="CPUKERN_DISABLE_ISA")
+            raise UnknownISAError(name, available, known=False, env=disable_env)
     if forced is not None:
         if forced not in names or forced not in present:
-            raise UnknownISAError(forced, available, known=forced in names)
+            raise UnknownISAError(forced, available, known=forced in names, env=force_env)
         wanted = next(v for v in table if v["name"] == forced)
         lacking = [f for f in wanted["requires"] if f not in have]
         if lacking:
-            raise UnsupportedISAError(forced, lacking)
+            raise UnsupportedISAError(forced, lacking, env=force_env)
     statuses: list[VariantStatus] = []
     chosen: str | None = None
     for v in table:
@@ -151,14 +155,14 @@ def select_variant(
         elif not supported:
             reason = "CPU lacks " + ", ".join(missing)
         elif forced is not None and name != forced:
-            reason = f"CPUKERN_ISA={forced} forces another variant"
+            reason = f"{force_env}={forced} forces another variant"
         elif forced is None and name in off:
-            reason = "disabled by CPUKERN_DISABLE_ISA"
+            reason = f"disabled by {disable_env}"
         elif chosen is not None:
             reason = f"lower priority than {chosen}"
         else:
             chosen = name
-            reason = "forced by CPUKERN_ISA" if forced else "highest priority variant this CPU runs"
+            reason = f"forced by {force_env}" if forced else "highest priority variant this CPU runs"
         statuses.append(
             VariantStatus(
                 name=name, priority=int(v["priority"]), built=name in present, supported=supported,
@@ -167,6 +171,6 @@ def select_variant(
         )
     if chosen is None:
         raise NoVariantError(
-            "no usable cpukern variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses)
+            f"no usable {package} variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses)
         )
     return Selection(selected=chosen, override=forced, disabled=tuple(sorted(off)), variants=tuple(statuses))

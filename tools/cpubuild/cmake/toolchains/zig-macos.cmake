@@ -9,26 +9,26 @@
 # supported (-shared gives the same loadable Mach-O for dlopen). A generated
 # wrapper translates; everything else goes through unchanged.
 #
-# Input: CPUKERN_ZIG_PYTHON (cache or environment): a Python that can
+# Input: CPUBUILD_ZIG_PYTHON (cache or environment): a Python that can
 # `import ziglang`; default: python3 on PATH.
-if(NOT CPUKERN_ZIG_PYTHON)
-  set(CPUKERN_ZIG_PYTHON "$ENV{CPUKERN_ZIG_PYTHON}")
+if(NOT CPUBUILD_ZIG_PYTHON)
+  set(CPUBUILD_ZIG_PYTHON "$ENV{CPUBUILD_ZIG_PYTHON}")
 endif()
-if(NOT CPUKERN_ZIG_PYTHON)
-  find_program(CPUKERN_ZIG_PYTHON NAMES python3 python REQUIRED)
+if(NOT CPUBUILD_ZIG_PYTHON)
+  find_program(CPUBUILD_ZIG_PYTHON NAMES python3 python REQUIRED)
 endif()
-set(CPUKERN_ZIG_TARGET "aarch64-macos.11.0" CACHE STRING "zig target triple")
-list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES CPUKERN_ZIG_PYTHON CPUKERN_ZIG_TARGET)
+set(CPUBUILD_ZIG_TARGET "aarch64-macos.11.0" CACHE STRING "zig target triple")
+list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES CPUBUILD_ZIG_PYTHON CPUBUILD_ZIG_TARGET)
 
 set(CMAKE_SYSTEM_NAME Darwin)
 set(CMAKE_SYSTEM_PROCESSOR arm64)
 set(CMAKE_OSX_ARCHITECTURES arm64 CACHE STRING "")
 set(CMAKE_OSX_DEPLOYMENT_TARGET 11.0 CACHE STRING "")
 set(CMAKE_OSX_SYSROOT "" CACHE PATH "")  # zig ships the SDK headers; never ask xcrun
-set(CPUKERN_ARCH aarch64 CACHE STRING "")
-set(CPUKERN_COMPILER_FAMILY apple-clang CACHE STRING "")
+set(CPUBUILD_ARCH aarch64 CACHE STRING "")
+set(CPUBUILD_COMPILER_FAMILY apple-clang CACHE STRING "")
 
-set(_dir "${CMAKE_BINARY_DIR}/cpukern-zig")
+set(_dir "${CMAKE_BINARY_DIR}/cpubuild-zig")
 file(MAKE_DIRECTORY "${_dir}")
 foreach(_mode cc c++)
   file(WRITE "${_dir}/${_mode}.py" "\
@@ -45,9 +45,9 @@ for a in it:
     if a == '-bundle':
         a = '-shared'
     args.append(a)
-os.execv(zig, [zig, '${_mode}', '-target', '${CPUKERN_ZIG_TARGET}', *args])
+os.execv(zig, [zig, '${_mode}', '-target', '${CPUBUILD_ZIG_TARGET}', *args])
 ")
-  file(WRITE "${_dir}/${_mode}" "#!/bin/sh\nexec '${CPUKERN_ZIG_PYTHON}' '${_dir}/${_mode}.py' \"$@\"\n")
+  file(WRITE "${_dir}/${_mode}" "#!/bin/sh\nexec '${CPUBUILD_ZIG_PYTHON}' '${_dir}/${_mode}.py' \"$@\"\n")
   file(CHMOD "${_dir}/${_mode}" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 endforeach()
 set(CMAKE_C_COMPILER "${_dir}/cc")

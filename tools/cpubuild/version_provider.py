@@ -1,13 +1,20 @@
-"""scikit-build-core dynamic-metadata provider for the package version.
+"""scikit-build-core dynamic-metadata provider for a project's version.
 
-Loaded by the build backend from pyproject.toml's ``[[tool.dynamic-metadata]]``
-entry (standard library only: it runs inside isolated builds too).
+A project opts in with (docs/project.md)::
 
-``cpubuild wheel`` computes the full version from git and the ISA set (for
-example ``0.1.0.dev12+g1a2b3c4.cpu.avx512``) and exports it in
-``CPUKERN_BUILD_VERSION``; nothing is written into the source tree. Without it
-(a plain ``pip install .``) the base version is read from the ``fallback``
-file's ``__version__``.
+    [project]
+    dynamic = ["version"]
+
+    [[tool.dynamic-metadata]]
+    provider = "cpubuild"                  # this module, by its entry point
+    fallback = "src/mypkg/__init__.py"     # holds __version__ = "X.Y.Z"
+
+Standard library only: it runs inside isolated builds too, where cpubuild is
+a build requirement. ``cpubuild wheel`` computes the full version from git and
+the ISA set (for example ``0.1.0.dev12+g1a2b3c4.cpu.avx512``) and exports it
+in ``CPUBUILD_BUILD_VERSION``; nothing is written into the source tree.
+Without it (a plain ``pip install .``) the base version is read from the
+``fallback`` file's ``__version__``.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ENV_VERSION = "CPUKERN_BUILD_VERSION"
+ENV_VERSION = "CPUBUILD_BUILD_VERSION"
 
 # PEP 440 public version with an optional local label (canonical spellings only).
 PEP440 = re.compile(
@@ -37,7 +44,7 @@ def resolve_version(settings: Mapping[str, Any], environ: Mapping[str, str]) -> 
         return value
     fallback = settings.get("fallback")
     if not isinstance(fallback, str):
-        raise ValueError("the cpukern version provider needs a 'fallback' file setting")
+        raise ValueError("the cpubuild version provider needs a 'fallback' file setting")
     text = Path(fallback).read_text(encoding="utf-8")
     match = _ASSIGNMENT.search(text)
     if match is None:

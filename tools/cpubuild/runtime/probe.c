@@ -1,26 +1,27 @@
-/* The CPU feature probe. Built for each arch's baseline, without LTO and
- * without any variant code: it only returns raw facts (CPUID registers, XCR0,
- * HWCAP words, sysctl values, the AMX tile permission). The decoding into
- * feature names is data-driven in Python (isa_matrix.toml).
+/* The CPU feature probe cpubuild ships into every package. Built for each
+ * arch's baseline, without LTO and without any variant code: it only returns
+ * raw facts (CPUID registers, XCR0, HWCAP words, sysctl values, the AMX
+ * tile permission). The decoding into feature names is data-driven in
+ * Python (cpubuild's hardware data, copied into each package's manifest).
  *
  * Nothing here may execute an instruction the baseline lacks: XGETBV runs
  * only after CPUID reports OSXSAVE (a CPU without XSAVE raises #UD on it). */
 #include <stdint.h>
 
 #if defined(__GNUC__)
-#define CPUKERN_EXPORT __attribute__((visibility("default")))
+#define CPUBUILD_EXPORT __attribute__((visibility("default")))
 #else
-#define CPUKERN_EXPORT
+#define CPUBUILD_EXPORT
 #endif
 
-CPUKERN_EXPORT int cpukern_probe_abi(void) { return 1; }
+CPUBUILD_EXPORT int cpubuild_probe_abi(void) { return 1; }
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
 /* Fills regs with CPUID(leaf, subleaf); returns 0 (and zeros) when the CPU
  * does not implement that leaf or subleaf. */
-CPUKERN_EXPORT int cpukern_probe_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
+CPUBUILD_EXPORT int cpubuild_probe_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t regs[4]) {
     uint32_t a, b, c, d;
     regs[0] = regs[1] = regs[2] = regs[3] = 0;
     uint32_t max_leaf = __get_cpuid_max(leaf & 0x80000000u, 0);
@@ -36,7 +37,7 @@ CPUKERN_EXPORT int cpukern_probe_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t
 
 /* Returns 1 and stores XCR0 when the OS enabled XSAVE (CPUID.1:ECX.OSXSAVE),
  * else 0 without touching XGETBV. */
-CPUKERN_EXPORT int cpukern_probe_xcr0(uint64_t *xcr0) {
+CPUBUILD_EXPORT int cpubuild_probe_xcr0(uint64_t *xcr0) {
     uint32_t a, b, c, d;
     *xcr0 = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
@@ -56,7 +57,7 @@ CPUKERN_EXPORT int cpukern_probe_xcr0(uint64_t *xcr0) {
 
 /* Linux gates AMX tile data per process: GET, REQ, GET again to verify.
  * Returns 1 granted, 0 refused by the kernel. */
-CPUKERN_EXPORT int cpukern_probe_amx_permission(void) {
+CPUBUILD_EXPORT int cpubuild_probe_amx_permission(void) {
     unsigned long bitmask = 0;
     if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &bitmask) != 0) return 0;
     if (bitmask & (1ul << XFEATURE_XTILEDATA)) return 1;
@@ -71,7 +72,7 @@ CPUKERN_EXPORT int cpukern_probe_amx_permission(void) {
 #if defined(__linux__) && !defined(__x86_64__) && !defined(__i386__)
 #include <sys/auxv.h>
 /* which: 1 = AT_HWCAP, 2 = AT_HWCAP2 */
-CPUKERN_EXPORT uint64_t cpukern_probe_hwcap(int which) {
+CPUBUILD_EXPORT uint64_t cpubuild_probe_hwcap(int which) {
 #ifdef AT_HWCAP2
     if (which == 2) return (uint64_t)getauxval(AT_HWCAP2);
 #endif
@@ -82,7 +83,7 @@ CPUKERN_EXPORT uint64_t cpukern_probe_hwcap(int which) {
 #if defined(__APPLE__)
 #include <sys/sysctl.h>
 /* Returns the integer value of a hw.optional.* sysctl, 0 when absent. */
-CPUKERN_EXPORT int64_t cpukern_probe_sysctl(const char *name) {
+CPUBUILD_EXPORT int64_t cpubuild_probe_sysctl(const char *name) {
     int64_t value = 0;
     size_t size = sizeof(value);
     if (sysctlbyname(name, &value, &size, 0, 0) != 0) return 0;

@@ -1,0 +1,294 @@
+# cpubuild's CMake package: one call builds a project's variant libraries.
+#
+#   find_package(cpubuild CONFIG REQUIRED)
+#   cpubuild_add_variants(<name>
+#     SOURCES <file>...              # compiled once per variant, with its flags
+#     [COMMON_SOURCES <file>...]     # ISA-independent: compiled once (baseline flags), linked into every variant
+#     [BASELINE_SOURCES <file>...]   # only in the baseline library (e.g. scalar references)
+#     [INCLUDE_DIRECTORIES <dir>...] [COMPILE_OPTIONS <opt>...] [COMPILE_DEFINITIONS <def>...]
+#     [LINK_LIBRARIES <lib>...] [LINK_OPTIONS <opt>...]
+#     [PACKAGE_DIR <dir>]            # install destination (default: [tool.cpubuild] package)
+#     [UNITY]                        # each variant's SOURCES as one translation unit
+#     [TARGETS_VAR <var>])           # receives the variant targets
+#
+# The variants, their flags and the features they need come from the
+# project's isa_matrix.toml and cpubuild's hardware data, through
+# `python -m cpubuild.matrix` (standard library only). Each variant becomes
+# a MODULE library `_<name>_<variant>.so` compiled with -D<PREFIX>_VARIANT_<VARIANT>=1
+# and -D<PREFIX>_VARIANT_NAME="<variant>"; a probe compiled for the baseline
+# (`_<name>_probe.so`), the manifest (`_manifest.json`) and cpubuild's runtime
+# dispatcher (`_cpubuild/`) are installed next to them. docs/project.md.
+#
+# Cache variables (`cpubuild wheel` sets them; plain builds use the defaults):
+#   CPUBUILD_ISA             variants to build: all (default) or a , / ; list (the baseline is always added)
+#   CPUBUILD_ARCH            target arch (default: from CMAKE_SYSTEM_PROCESSOR / CMAKE_OSX_ARCHITECTURES)
+#   CPUBUILD_SYMVER_HEADER   manylinux .symver header, force-included everywhere (written by cpubuild wheel)
+#   CPUBUILD_PROJECT_DIR     where pyproject.toml is (default: CMAKE_SOURCE_DIR)
+#   CPUBUILD_CCACHE          use ccache when installed and no launcher is set (default ON)
+include_guard(GLOBAL)
+include(CheckCSourceCompiles)
+include(CheckCXXSourceCompiles)
+
+get_filename_component(CPUBUILD_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}" ABSOLUTE)
+get_filename_component(_cpubuild_package "${CPUBUILD_CMAKE_DIR}" DIRECTORY)
+get_filename_component(_cpubuild_pythonpath "${_cpubuild_package}" DIRECTORY)
+set(CPUBUILD_RUNTIME_DIR "${_cpubuild_package}/runtime")
+set(CPUBUILD_HARDWARE_DATA "${_cpubuild_package}/hardware/hardware.toml")
+
+# The probe is C; a C++-only project gets C enabled here (file scope).
+get_property(_cpubuild_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+if(NOT "C" IN_LIST _cpubuild_languages)
+  enable_language(C)
+endif()
+if("CXX" IN_LIST _cpubuild_languages)
+  set(_cpubuild_lang CXX)
+else()
+  set(_cpubuild_lang C)
+endif()
+
+if(NOT Python_EXECUTABLE)
+  find_package(Python COMPONENTS Interpreter REQUIRED)
+endif()
+
+set(CPUBUILD_PROJECT_DIR "${CMAKE_SOURCE_DIR}" CACHE PATH "Project directory (pyproject.toml with [tool.cpubuild])")
+set(CPUBUILD_ISA "all" CACHE STRING "Variants to build: 'all' or a ,/; list (the baseline is always added)")
+set(CPUBUILD_SYMVER_HEADER "" CACHE FILEPATH "Header of .symver directives (written by cpubuild wheel)")
+option(CPUBUILD_CCACHE "Use ccache when installed and no compiler launcher is set" ON)
+
+# Runs cpubuild's stdlib-only modules with the Python of the build, finding
+# cpubuild where this file lives (an installed package or a checkout).
+function(_cpubuild_python result_var)
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${_cpubuild_pythonpath}" "${Python_EXECUTABLE}" ${ARGN}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    string(STRIP "${err}" err)
+    message(FATAL_ERROR "cpubuild: ${err}")
+  endif()
+  set(${result_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+# ------------------------------------------------------------------ arch and compiler
+if(NOT CPUBUILD_ARCH)
+  set(_cpubuild_processor "${CMAKE_SYSTEM_PROCESSOR}")
+  if(APPLE AND CMAKE_OSX_ARCHITECTURES)
+    set(_cpubuild_processor "${CMAKE_OSX_ARCHITECTURES}")
+  endif()
+  string(TOLOWER "${_cpubuild_processor}" CPUBUILD_ARCH)
+endif()
+set(CPUBUILD_ARCH "${CPUBUILD_ARCH}" CACHE STRING "Target arch (cpubuild's name or an alias)")
+
+# A toolchain may name the family (zig's clang building for macOS speaks the
+# apple-clang flags through a translating wrapper: toolchains/zig-macos.cmake).
+if(NOT CPUBUILD_COMPILER_FAMILY)
+  set(_id "${CMAKE_${_cpubuild_lang}_COMPILER_ID}")
+  if(_id STREQUAL "AppleClang")
+    set(CPUBUILD_COMPILER_FAMILY apple-clang)
+  elseif(_id MATCHES "Clang")
+    set(CPUBUILD_COMPILER_FAMILY clang)
+  elseif(_id STREQUAL "GNU")
+    set(CPUBUILD_COMPILER_FAMILY gcc)
+  else()
+    message(FATAL_ERROR "cpubuild: unsupported compiler ${_id} (isa_matrix.toml flags are for gcc, clang and apple-clang)")
+  endif()
+endif()
+
+# ------------------------------------------------------------------ the matrix
+set(_cpubuild_matrix_out "${CMAKE_BINARY_DIR}/cpubuild/matrix.cmake")
+_cpubuild_python(_ -m cpubuild.matrix --project "${CPUBUILD_PROJECT_DIR}"
+                 cmake --arch "${CPUBUILD_ARCH}" --compiler "${CPUBUILD_COMPILER_FAMILY}" --out "${_cpubuild_matrix_out}")
+include("${_cpubuild_matrix_out}")  # CPUBUILD_PACKAGE, CPUBUILD_ENV_PREFIX, CPUBUILD_ARCH, CPUBUILD_VARIANTS, ..._FLAGS
+set_property(DIRECTORY "${CMAKE_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             "${CPUBUILD_PROJECT_DIR}/pyproject.toml" "${CPUBUILD_MATRIX_FILE}" "${CPUBUILD_HARDWARE_DATA}")
+message(STATUS "cpubuild: ${CPUBUILD_PACKAGE} for ${CPUBUILD_ARCH} with ${CPUBUILD_COMPILER_FAMILY}")
+
+if(APPLE)
+  set(CPUBUILD_LIBRARY_SUFFIX ".dylib")  # CMake names MODULE libraries *.so even on macOS
+else()
+  set(CPUBUILD_LIBRARY_SUFFIX ".so")
+endif()
+
+# Reproducible objects: no absolute source or build paths in the binaries.
+set(CPUBUILD_COMMON_FLAGS
+    "-ffile-prefix-map=${CMAKE_SOURCE_DIR}=."
+    "-ffile-prefix-map=${CMAKE_BINARY_DIR}=build"
+    "-ffile-prefix-map=${_cpubuild_package}=cpubuild")
+if(NOT APPLE)
+  set(CPUBUILD_LINK_FLAGS -Wl,--as-needed -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--build-id=sha1)
+endif()
+# manylinux floor (docs/wheels.md): `cpubuild wheel` writes CPUBUILD_SYMVER_HEADER,
+# .symver directives binding libc/libm/libstdc++ symbols to the newest version the
+# target policy allows; it is force-included everywhere. gcc 12 calls _Float16
+# helpers (__extendhfsf2@GCC_12.0.0) on CPUs without F16C: link them from the
+# static libgcc.a (hidden there) so no GCC_12 symbol version is imported.
+if(CPUBUILD_SYMVER_HEADER)
+  list(APPEND CPUBUILD_COMMON_FLAGS "SHELL:-include \"${CPUBUILD_SYMVER_HEADER}\"")
+endif()
+set(CPUBUILD_SYSTEM_LIBRARIES "")
+if(CPUBUILD_COMPILER_FAMILY STREQUAL "gcc" AND NOT APPLE)
+  set(CPUBUILD_SYSTEM_LIBRARIES -l:libgcc.a)
+endif()
+
+if(CPUBUILD_CCACHE AND NOT CMAKE_C_COMPILER_LAUNCHER AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  find_program(CPUBUILD_CCACHE_PROGRAM ccache)
+  if(CPUBUILD_CCACHE_PROGRAM)
+    set(CMAKE_C_COMPILER_LAUNCHER "${CPUBUILD_CCACHE_PROGRAM}")
+    set(CMAKE_CXX_COMPILER_LAUNCHER "${CPUBUILD_CCACHE_PROGRAM}")
+  endif()
+endif()
+
+# ------------------------------------------------------------------ which variants
+# Does the compiler accept a variant's flags? (A trivial source: parsing the
+# intrinsics headers here would cost ~0.5 s per variant in every clean
+# configure; a header that lacks an intrinsic fails the compile instead.)
+# The cached answer is keyed by the flags, so editing them re-checks.
+function(_cpubuild_compiler_supports variant result)
+  set(flags "${CPUBUILD_VARIANT_${variant}_FLAGS}")
+  string(MD5 key "${CMAKE_${_cpubuild_lang}_COMPILER};${flags}")
+  string(SUBSTRING "${key}" 0 12 key)
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${flags}")
+  set(CMAKE_REQUIRED_QUIET ON)
+  if(_cpubuild_lang STREQUAL "CXX")
+    check_cxx_source_compiles("int main(){return 0;}" CPUBUILD_FLAGS_OK_${variant}_${key})
+  else()
+    check_c_source_compiles("int main(void){return 0;}" CPUBUILD_FLAGS_OK_${variant}_${key})
+  endif()
+  set(${result} ${CPUBUILD_FLAGS_OK_${variant}_${key}} PARENT_SCOPE)
+endfunction()
+
+function(_cpubuild_select_variants)
+  string(REPLACE "," ";" wanted "${CPUBUILD_ISA}")
+  if(wanted STREQUAL "all" OR wanted STREQUAL "")
+    set(explicit OFF)
+    set(wanted ${CPUBUILD_VARIANTS})
+  else()
+    set(explicit ON)
+    foreach(v IN LISTS wanted)
+      if(v STREQUAL "baseline")
+        continue()  # every arch's baseline, whatever its name
+      endif()
+      if(NOT v IN_LIST CPUBUILD_ALL_VARIANTS)
+        message(FATAL_ERROR "cpubuild: unknown variant '${v}' for ${CPUBUILD_ARCH} (known: ${CPUBUILD_ALL_VARIANTS})")
+      endif()
+      if(NOT v IN_LIST CPUBUILD_VARIANTS)
+        message(FATAL_ERROR "cpubuild: variant '${v}' has no flags for ${CPUBUILD_COMPILER_FAMILY} in ${CPUBUILD_MATRIX_FILE}")
+      endif()
+    endforeach()
+  endif()
+  list(PREPEND wanted ${CPUBUILD_BASELINE_VARIANT})
+  list(REMOVE_DUPLICATES wanted)
+  set(built "")
+  foreach(v IN LISTS CPUBUILD_VARIANTS)  # matrix order: baseline first
+    if(NOT v IN_LIST wanted)
+      continue()
+    endif()
+    _cpubuild_compiler_supports(${v} ok)
+    if(ok)
+      list(APPEND built ${v})
+    elseif(explicit OR v STREQUAL CPUBUILD_BASELINE_VARIANT)
+      message(FATAL_ERROR "cpubuild: ${CMAKE_${_cpubuild_lang}_COMPILER} cannot build variant '${v}' (flags: ${CPUBUILD_VARIANT_${v}_FLAGS})")
+    else()
+      message(WARNING "cpubuild: skipping variant '${v}': ${CMAKE_${_cpubuild_lang}_COMPILER} rejects its flags")
+    endif()
+  endforeach()
+  message(STATUS "cpubuild: building variants: ${built}")
+  set(CPUBUILD_BUILD_VARIANTS "${built}" PARENT_SCOPE)
+endfunction()
+_cpubuild_select_variants()
+
+# ------------------------------------------------------------------ the call
+function(cpubuild_add_variants name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY" "PACKAGE_DIR;TARGETS_VAR"
+    "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS")
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "cpubuild_add_variants(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT name MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
+    message(FATAL_ERROR "cpubuild_add_variants(${name}): the name must be a C identifier (it prefixes targets and files)")
+  endif()
+  if(NOT arg_SOURCES)
+    message(FATAL_ERROR "cpubuild_add_variants(${name}): SOURCES is required")
+  endif()
+  get_property(called GLOBAL PROPERTY CPUBUILD_ADD_VARIANTS_CALLED)
+  if(called)
+    message(FATAL_ERROR "cpubuild_add_variants(${name}): already called for ${called}; one call per project (one manifest)")
+  endif()
+  set_property(GLOBAL PROPERTY CPUBUILD_ADD_VARIANTS_CALLED "${name}")
+  set(dest "${CPUBUILD_PACKAGE}")
+  if(arg_PACKAGE_DIR)
+    set(dest "${arg_PACKAGE_DIR}")
+  endif()
+  set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})
+  set(gen "${CMAKE_CURRENT_BINARY_DIR}/cpubuild")
+
+  set(common_objects "")
+  if(arg_COMMON_SOURCES)
+    add_library(${name}_common OBJECT ${arg_COMMON_SOURCES})
+    target_include_directories(${name}_common PRIVATE ${arg_INCLUDE_DIRECTORIES})
+    target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS})
+    target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${base_flags})
+    target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES})
+    set_target_properties(${name}_common PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
+                          CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF)
+    set(common_objects $<TARGET_OBJECTS:${name}_common>)
+  endif()
+
+  set(targets "")
+  foreach(variant IN LISTS CPUBUILD_BUILD_VARIANTS)
+    set(target ${name}_${variant})
+    string(TOUPPER "${variant}" upper)
+    set(marker "${gen}/variant_${variant}.c")
+    set(text "/* generated by cpubuild: which variant this library is */\n__attribute__((visibility(\"default\"))) const char *cpubuild_variant_name(void) { return \"${variant}\"; }\n")
+    if(EXISTS "${marker}")
+      file(READ "${marker}" old)
+    else()
+      set(old "")
+    endif()
+    if(NOT old STREQUAL text)
+      file(WRITE "${marker}" "${text}")
+    endif()
+    set(sources ${arg_SOURCES} "${marker}" ${common_objects})
+    if(variant STREQUAL CPUBUILD_BASELINE_VARIANT)
+      list(APPEND sources ${arg_BASELINE_SOURCES})
+    endif()
+    add_library(${target} MODULE ${sources})
+    target_include_directories(${target} PRIVATE ${arg_INCLUDE_DIRECTORIES})
+    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS}
+                               ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
+    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
+    target_link_options(${target} PRIVATE ${CPUBUILD_LINK_FLAGS} ${arg_LINK_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
+    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${CPUBUILD_SYSTEM_LIBRARIES})
+    # UNITY: all of a variant's SOURCES in one batch (the intrinsics headers are parsed once)
+    set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
+                          POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
+                          VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF
+                          UNITY_BUILD ${arg_UNITY} UNITY_BUILD_BATCH_SIZE 0)
+    install(TARGETS ${target} LIBRARY DESTINATION "${dest}")
+    list(APPEND targets ${target})
+  endforeach()
+  # Baseline-only sources keep their own translation unit (they may set
+  # file-wide pragmas, e.g. to keep a scalar reference scalar).
+  set_source_files_properties(${arg_BASELINE_SOURCES} "${gen}/variant_${CPUBUILD_BASELINE_VARIANT}.c"
+                              PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+
+  # The probe: C, baseline flags only, no LTO, nothing else linked in (a
+  # link-time-optimised probe once made ggml SIGILL before its check ran).
+  add_library(${name}_probe MODULE "${CPUBUILD_RUNTIME_DIR}/probe.c")
+  target_compile_options(${name}_probe PRIVATE ${CPUBUILD_COMMON_FLAGS} ${base_flags})
+  target_link_options(${name}_probe PRIVATE ${CPUBUILD_LINK_FLAGS})
+  set_target_properties(${name}_probe PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_probe" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
+                        C_VISIBILITY_PRESET hidden INTERPROCEDURAL_OPTIMIZATION OFF)
+  install(TARGETS ${name}_probe LIBRARY DESTINATION "${dest}")
+
+  string(REPLACE ";" "," built "${CPUBUILD_BUILD_VARIANTS}")  # one argument through ARGN
+  _cpubuild_python(_ -m cpubuild.matrix --project "${CPUBUILD_PROJECT_DIR}"
+                   manifest --arch "${CPUBUILD_ARCH}" --variants "${built}"
+                   --library "_${name}_{variant}${CPUBUILD_LIBRARY_SUFFIX}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
+                   --out "${gen}/_manifest.json")
+  install(FILES "${gen}/_manifest.json" DESTINATION "${dest}")
+  install(DIRECTORY "${CPUBUILD_RUNTIME_DIR}/" DESTINATION "${dest}/_cpubuild"
+          FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  if(arg_TARGETS_VAR)
+    set(${arg_TARGETS_VAR} ${targets} PARENT_SCOPE)
+  endif()
+endfunction()

@@ -1,0 +1,219 @@
+"""Runtime dispatcher: probe the host once, pick a variant, load its library.
+
+cpubuild copies this runtime into every package it builds (``<package>/_cpubuild/``)
+next to the manifest the build wrote (``<package>/_manifest.json``): the
+package needs nothing at run time but the standard library. Nothing is probed
+or loaded until the first call that needs it. The probe library is compiled
+for the arch's baseline; a variant library is dlopen()ed only after the probe
+approved it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UnknownISAError, UnsupportedISAError
+from .select import FeatureReport, RawProbe, Selection, decode_features, parse_name_list, select_variant
+
+MANIFEST = "_manifest.json"
+# Each variant library built by cpubuild exports this (its variant's name):
+# a stale or misplaced file is caught before its code runs.
+VARIANT_SYMBOL = "cpubuild_variant_name"
+
+LoadHook = Callable[[str, ctypes.CDLL], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    arch: str
+    features: FeatureReport
+    raw: RawProbe
+
+
+def read_probe(lib: ctypes.CDLL, specs: Iterable[Mapping[str, Any]]) -> RawProbe:
+    """The raw facts a probe library reports for the features in `specs`."""
+    specs = list(specs)
+    if hasattr(lib, "cpubuild_probe_cpuid"):
+        lib.cpubuild_probe_cpuid.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)]
+        lib.cpubuild_probe_cpuid.restype = ctypes.c_int
+        leaves = {(int(s["cpuid"][0]), int(s["cpuid"][1])) for s in specs if "cpuid" in s}
+        cpuid: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        for leaf, sub in sorted(leaves):
+            regs = (ctypes.c_uint32 * 4)()
+            lib.cpubuild_probe_cpuid(leaf, sub, regs)
+            cpuid[(leaf, sub)] = (regs[0], regs[1], regs[2], regs[3])
+        xcr0 = ctypes.c_uint64()
+        lib.cpubuild_probe_xcr0.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+        has_xsave = lib.cpubuild_probe_xcr0(ctypes.byref(xcr0))
+        return RawProbe(cpuid=cpuid, xcr0=xcr0.value if has_xsave else None)
+    if hasattr(lib, "cpubuild_probe_sysctl"):
+        lib.cpubuild_probe_sysctl.argtypes = [ctypes.c_char_p]
+        lib.cpubuild_probe_sysctl.restype = ctypes.c_int64
+        names = {str(s["sysctl"]) for s in specs if "sysctl" in s}
+        return RawProbe(sysctl={n: int(lib.cpubuild_probe_sysctl(n.encode())) for n in sorted(names)})
+    if hasattr(lib, "cpubuild_probe_hwcap"):
+        lib.cpubuild_probe_hwcap.argtypes = [ctypes.c_int]
+        lib.cpubuild_probe_hwcap.restype = ctypes.c_uint64
+        return RawProbe(hwcap=int(lib.cpubuild_probe_hwcap(1)), hwcap2=int(lib.cpubuild_probe_hwcap(2)))
+    return RawProbe()
+
+
+def probe_host(lib: ctypes.CDLL, specs: Mapping[str, Mapping[str, Any]]) -> tuple[FeatureReport, RawProbe]:
+    """Reads the probe and decodes the features `specs` describes."""
+    raw = read_probe(lib, specs.values())
+
+    def permission(name: str) -> bool:
+        fn = getattr(lib, "cpubuild_probe_amx_permission", None)
+        return name == "xtiledata" and fn is not None and bool(fn())
+
+    return decode_features(specs, raw, darwin=sys.platform == "darwin", permission=permission), raw
+
+
+class Dispatcher:
+    """The dispatcher of one package directory (its manifest and libraries)."""
+
+    def __init__(self, package_dir: Path) -> None:
+        self.package_dir = package_dir
+        self._lock = threading.RLock()
+        self._state: dict[str, Any] = {}
+        self._hooks: list[LoadHook] = []
+
+    # ------------------------------------------------------------ build facts
+
+    def manifest(self) -> dict[str, Any]:
+        """The build's manifest (written by cpubuild's CMake package)."""
+        with self._lock:
+            if "manifest" not in self._state:
+                path = self.package_dir / MANIFEST
+                try:
+                    self._state["manifest"] = json.loads(path.read_text(encoding="utf-8"))
+                except OSError as exc:
+                    raise ImportError(f"{self.package_dir.name} is not built: {path} is missing ({exc.strerror})") from None
+            result: dict[str, Any] = self._state["manifest"]
+            return result
+
+    @property
+    def package(self) -> str:
+        return str(self.manifest().get("package", self.package_dir.name))
+
+    @property
+    def env_prefix(self) -> str:
+        return str(self.manifest()["env_prefix"])
+
+    @property
+    def force_env(self) -> str:
+        return f"{self.env_prefix}_ISA"
+
+    @property
+    def disable_env(self) -> str:
+        return f"{self.env_prefix}_DISABLE_ISA"
+
+    def variants(self) -> list[dict[str, Any]]:
+        """Every variant of the arch (built or not), lowest priority first."""
+        return list(self.manifest()["variants"])
+
+    def library_path(self, name: str) -> Path:
+        for v in self.variants():
+            if v["name"] == name:
+                return self.package_dir / str(v["library"])
+        raise KeyError(name)
+
+    def built_variants(self) -> list[str]:
+        """Variants the build made (manifest) whose library file is really present."""
+        return [v["name"] for v in self.variants() if v.get("built", True) and (self.package_dir / v["library"]).is_file()]
+
+    # ------------------------------------------------------------ the host
+
+    def host(self) -> Host:
+        with self._lock:
+            if "host" not in self._state:
+                lib = ctypes.CDLL(str(self.package_dir / str(self.manifest()["probe"])))
+                report, raw = probe_host(lib, self.manifest()["features"])
+                self._state["host"] = Host(arch=str(self.manifest()["arch"]), features=report, raw=raw)
+            result: Host = self._state["host"]
+            return result
+
+    # ------------------------------------------------------------ the choice
+
+    def selection(self) -> Selection:
+        """The dispatcher's decision under the current environment (cached)."""
+        with self._lock:
+            if "selection" not in self._state:
+                self._state["selection"] = select_variant(
+                    self.variants(),
+                    self.host().features.found,
+                    built=self.built_variants(),
+                    forced=os.environ.get(self.force_env, "").strip() or None,
+                    disabled=parse_name_list(os.environ.get(self.disable_env)),
+                    env_prefix=self.env_prefix,
+                    package=self.package,
+                )
+            result: Selection = self._state["selection"]
+            return result
+
+    def selected_isa(self) -> str:
+        """Name of the variant this package uses on this host."""
+        return self.selection().selected
+
+    def check_runnable(self, name: str) -> None:
+        """Raises unless variant `name` is built and this CPU can run it."""
+        names = [v["name"] for v in self.variants()]
+        built = self.built_variants()
+        if name not in built:
+            raise UnknownISAError(name, built, known=name in names, env=self.force_env)
+        wanted = next(v for v in self.variants() if v["name"] == name)
+        lacking = [f for f in wanted["requires"] if f not in self.host().features.found]
+        if lacking:
+            raise UnsupportedISAError(name, lacking, env=self.force_env)
+
+    def supported_variants(self) -> list[str]:
+        """Built variants this CPU can run, lowest priority first."""
+        have = set(self.host().features.found)
+        built = set(self.built_variants())
+        return [v["name"] for v in self.variants() if v["name"] in built and all(f in have for f in v["requires"])]
+
+    # ------------------------------------------------------------ loading
+
+    def add_load_hook(self, hook: LoadHook) -> None:
+        """`hook(variant, library)` runs once per variant library, right after it is loaded."""
+        with self._lock:
+            self._hooks.append(hook)
+
+    def load_variant(self, name: str) -> ctypes.CDLL:
+        """The library of one variant, after checking the CPU runs it (cached)."""
+        with self._lock:
+            libs: dict[str, ctypes.CDLL] = self._state.setdefault("libs", {})
+            if name not in libs:
+                self.check_runnable(name)
+                path = self.library_path(name)
+                lib = ctypes.CDLL(str(path))
+                if hasattr(lib, VARIANT_SYMBOL):
+                    getattr(lib, VARIANT_SYMBOL).restype = ctypes.c_char_p
+                    loaded = getattr(lib, VARIANT_SYMBOL)().decode()
+                    if loaded != name:
+                        raise ImportError(f"{path} reports variant {loaded!r}, expected {name!r}")
+                for hook in self._hooks:
+                    hook(name, lib)
+                libs[name] = lib
+            return libs[name]
+
+    def library(self) -> ctypes.CDLL:
+        """The selected variant's library."""
+        return self.load_variant(self.selected_isa())
+
+    def reset(self) -> None:
+        """Forget the cached decision (tests change <PREFIX>_ISA between calls)."""
+        with self._lock:
+            for key in ("selection", "host"):
+                self._state.pop(key, None)
+
+
+DISPATCHER = Dispatcher(Path(__file__).resolve().parent.parent)

@@ -1,0 +1,31 @@
+"""Errors the dispatcher raises. The environment variables they name carry the
+project's prefix (``<PREFIX>_ISA``, ``<PREFIX>_DISABLE_ISA``)."""
+
+from __future__ import annotations
+
+
+class DispatchError(RuntimeError):
+    """Base class of the dispatcher's errors."""
+
+
+class UnsupportedISAError(DispatchError):
+    """A forced variant needs CPU features this host lacks."""
+
+    def __init__(self, name: str, missing: list[str], *, env: str = "ISA") -> None:
+        self.name = name
+        self.missing = list(missing)
+        super().__init__(f"{env}={name}: this CPU cannot run variant {name!r}; missing features: {', '.join(missing)}")
+
+
+class UnknownISAError(DispatchError):
+    """A forced (or disabled) variant is not a variant of this arch, or not in this build."""
+
+    def __init__(self, name: str, available: list[str], *, known: bool, env: str = "ISA") -> None:
+        self.name = name
+        self.available = list(available)
+        why = "is not built into this package" if known else "is not a variant of this arch"
+        super().__init__(f"{env}={name}: {name!r} {why}; available: {', '.join(available) or 'none'}")
+
+
+class NoVariantError(DispatchError):
+    """The package holds no variant this CPU can run (a broken install)."""
