@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 from conftest import REPO, require, require_tool, run
-from cpubuild.bochs import BIOS, ISOLINUX_FILES, VGABIOS, BochsRun, GuestCommand, run_wheel
+from cpubuild.emulate.bochs import BIOS, ISOLINUX_FILES, VGABIOS, BochsRun, GuestCommand, run_wheel
 from cpubuild.matrix import load_matrix
-from cpubuild.rootfs import cache_dir
+from cpubuild.emulate.rootfs import cache_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.bochs]
 

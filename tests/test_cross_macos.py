@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, require, require_tool
 from cpubuild.matrix import load_matrix
 from cpubuild.platforms.macos import macho_problems, parse_tag, read_macho
-from cpubuild.rootfs import cache_dir
+from cpubuild.emulate.rootfs import cache_dir
 from cross_cmake import build_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.cross]

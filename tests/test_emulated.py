@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from conftest import REPO, require, require_tool, run
 from cpubuild.matrix import load_matrix
-from cpubuild.rootfs import RootfsSpec, cache_dir, ensure_rootfs
+from cpubuild.emulate.rootfs import RootfsSpec, cache_dir, ensure_rootfs
 from cross_cmake import build_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu, pytest.mark.cross]

@@ -13,7 +13,7 @@ from conftest import CPUKERN_MATRIX
 from cpubuild.commands.test import base_model, last_json, parse_model_list, signal_name, wheel_arch
 from cpubuild.errors import UsageError
 from cpubuild.matrix import load_matrix
-from cpubuild.rootfs import (
+from cpubuild.emulate.rootfs import (
     STAMP,
     TEST_PACKAGES,
     Emulator,

@@ -15,17 +15,18 @@ from .errors import CpubuildError
 # command name -> (module in cpubuild.commands exposing a click command
 # `command`, one-line help shown by `cpubuild --help` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "matrix": ("matrix", "Show the validated ISA matrix and what this host can build and run."),
-    "doctor": ("doctor", "Check compilers, cross compilers, tools, Docker and QEMU; print fixes."),
+    "init": ("init", "Create a new project: kernel, variants, package, test, README."),
+    "matrix": ("matrix", "Show the project's validated ISA matrix and what this host can build and run."),
+    "doctor": ("doctor", "Check the project against the contract, compilers, tools, Docker and QEMU; print fixes."),
     "wheel": ("wheel", "Build repaired, reproducible wheels for a set of ISA variants."),
     "test": ("test", "Install a wheel in a target-arch Python and test it under a QEMU CPU model."),
     "publish": ("publish", "Publish wheels into a PEP 503/691 index keyed by commit."),
     "serve": ("serve", "Serve an index directory over HTTP (PEP 691, Range requests)."),
     "develop": ("develop", "Editable install with precompiled variant libraries from the index."),
-    "ci": ("ci", "Render the release pipeline from the ISA matrix."),
+    "ci": ("ci", "Render the project's release pipeline from its ISA matrix."),
     "image": ("image", "Build per-ISA, multi-arch container images."),
     "base-image": ("base_image", "Build a Debian base image from debootstrap (no registry needed)."),
-    "bench": ("bench", "Benchmark every variant this host runs against torch and memcpy."),
+    "bench": ("bench", "Run the project's benchmark on every variant this host runs."),
 }
 
 
@@ -45,8 +46,18 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
 
+def _print_cmake_dir(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from .cmake import CMAKE_DIR
+
+        click.echo(str(CMAKE_DIR))
+        ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cpubuild")
+@click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True, callback=_print_cmake_dir,
+              help="Print the directory of cpubuild's CMake package (for -Dcpubuild_DIR=...) and exit.")
 def cli() -> None:
     """Build, test, package and publish multi-ISA CPU kernel wheels and images."""
 

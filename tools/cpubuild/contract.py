@@ -102,9 +102,10 @@ def read_pyproject(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ContractError(path, "file", f"cannot be read: {exc.strerror or exc}") from None
     try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ContractError(path, "syntax", str(exc)) from None
+    return data
 
 
 def has_table(data: dict[str, Any]) -> bool:
@@ -138,7 +139,8 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
     for key in table:
         if key not in KEYS:
             raise ContractError(path, f"[{TABLE}] {key}", f"unknown key (known: {', '.join(KEYS)})")
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    raw_project = data.get("project")
+    project: dict[str, Any] = raw_project if isinstance(raw_project, dict) else {}
     dist_name = project.get("name")
     if not isinstance(dist_name, str) or not dist_name:
         raise ContractError(path, "[project] name", "is required")

@@ -1,12 +1,14 @@
-"""`cpubuild doctor`: is this host ready to build, cross-build, emulate and containerise?
+"""`cpubuild doctor`: does the project follow the contract, and is this host
+ready to build, cross-build, emulate and containerise it?
 
 Every missing piece is printed with the command that fixes it. Exit status 1
-when something the native wheel build needs is missing, else 0.
+when the project breaks the contract or something the native wheel build
+needs is missing, else 0.
 """
 
 from __future__ import annotations
 
-import importlib
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,13 +19,17 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from .. import hostprobe
+from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
-from ..wheelbuild import frontend, hostcpu
+from ..project import VERSION_PROVIDER, Project, find_project
+from ..wheelbuild import frontend
 from ..wheelbuild.options import FRONTENDS
-from ..wheelbuild.project import find_project
 from ..wheelbuild.report import dump_json
 from ..wheelbuild.tools import ToolStatus, apt_fix, check
+
+DOCS = "docs/project.md"
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
@@ -49,25 +55,79 @@ def from_status(section: str, status: ToolStatus, *, required: bool | None = Non
 
 
 def cpu_checks(matrix: Matrix, host: Host) -> list[Check]:
-    checks = []
-    try:
-        info = importlib.import_module("cpuinfo").get_cpu_info()
-        brand = str(info.get("brand_raw") or info.get("arch") or "unknown CPU")
-        flags = [str(f) for f in info.get("flags", [])]
-        checks.append(Check(section="cpu", name="py-cpuinfo", ok=True, detail=brand, fix=None, required=False))
-    except Exception as exc:
-        checks.append(Check(section="cpu", name="py-cpuinfo", ok=False, detail=f"not usable: {exc}",
-                            fix="python3 -m pip install py-cpuinfo", required=False))
-        return checks
+    features = hostprobe.host_features(host.arch)
+    if features.source.startswith("unavailable"):
+        return [Check(section="cpu", name="features", ok=False, detail=features.source,
+                      fix="apt-get install -y gcc  (or: python3 -m pip install py-cpuinfo)", required=False)]
     names = list(matrix.features.get(host.arch, {}))
-    found = hostcpu.match_flags(names, flags)
-    checks.append(Check(section="cpu", name="features", ok=True,
-                        detail=f"found: {' '.join(n for n in names if n in found) or '-'}; "
-                               f"not found: {' '.join(n for n in names if n not in found) or '-'}",
-                        fix=None, required=False))
-    runnable = [v.name for v in matrix.variants_for(host.arch) if all(f in found for f in v.requires)]
+    checks = [Check(section="cpu", name="features", ok=True,
+                    detail=f"found ({features.source}): {' '.join(n for n in names if n in features.found) or '-'}; "
+                           f"not found: {' '.join(n for n in names if n not in features.found) or '-'}",
+                    fix=None, required=False)]
+    runnable = [v.name for v in matrix.variants_for(host.arch) if all(f in features.found for f in v.requires)]
     if runnable:
         checks.append(Check(section="cpu", name="variants this CPU runs", ok=True, detail=", ".join(runnable), fix=None, required=False))
+    return checks
+
+
+def _module_file(source: Path, package: str, module: str) -> Path | None:
+    """Where module `package.sub.mod` lives in the package's source directory."""
+    parts = module.split(".")
+    if parts[0] != package:
+        return None
+    base = source.joinpath(*parts[1:])
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+def project_checks(project: Project) -> list[Check]:
+    """The project against the contract (docs/project.md), one check per part."""
+    config = project.config
+
+    def item(name: str, problem: str | None, detail: str, fix: str | None = None, required: bool = True) -> Check:
+        return Check(section="project", name=name, ok=problem is None, detail=problem or detail,
+                     fix=(fix or f"see {DOCS}") if problem else None, required=required)
+
+    checks = [item("contract", None, f"[tool.cpubuild] package {config.package}, env prefix {config.env_prefix}_, kind {config.kind}")]
+    try:
+        matrix = project.load_matrix()
+        checks.append(item("matrix", None, f"{matrix.path}: {len(matrix.variants)} variants for {', '.join(matrix.arches)}"))
+    except CpubuildError as exc:
+        checks.append(item("matrix", exc.message, ""))
+    system = project.pyproject.get("build-system", {})
+    requires = [re.split(r"[<>=!~;\[ ]", str(r), maxsplit=1)[0].lower() for r in system.get("requires", [])]
+    missing = [name for name in ("scikit-build-core", "cpubuild") if name not in requires]
+    backend_ok = system.get("build-backend") == "scikit_build_core.build"
+    checks.append(item("build-system", f"pyproject.toml build-system lacks {', '.join(missing) or 'build-backend = scikit_build_core.build'}"
+                       if missing or not backend_ok else None, "scikit-build-core + cpubuild",
+                       fix='requires = ["scikit-build-core>=1.1", "cpubuild>=0.2"], build-backend = "scikit_build_core.build"'))
+    cmake = project.cmake_problems()
+    checks.append(item("CMakeLists.txt", cmake[0] if cmake else None, "find_package(cpubuild) + cpubuild_add_variants()",
+                       fix="find_package(cpubuild CONFIG REQUIRED) then cpubuild_add_variants(NAME SOURCES ...)"))
+    source = project.source_dir
+    checks.append(item("package source", None if source else f"no {config.package}/__init__.py under src/, python/ or the project root",
+                       str(source), fix="[tool.cpubuild] source = \"path/to/package\""))
+    if source is not None:
+        main = source / "__main__.py"
+        delegates = main.is_file() and "_cpubuild" in main.read_text(encoding="utf-8", errors="replace")
+        checks.append(item(f"python -m {config.package}", None if delegates else f"{main} does not call the shipped report",
+                           "the dispatcher's report", fix="from ._cpubuild.report import main; sys.exit(main())"))
+        for key, command in (("selftest", config.selftest),):
+            if command is not None and _module_file(source, config.package, command.target) is None:
+                checks.append(item(key, f"module {command.target} not found in {source}", ""))
+            elif command is not None:
+                checks.append(item(key, None, f"python -m {command.text} --json"))
+    if config.benchmark is not None:
+        script = project.root / config.benchmark.target
+        checks.append(item("benchmark", None if script.is_file() else f"{script} does not exist", str(script), required=False))
+    if config.static_version is not None:
+        checks.append(item("version", None, f"static {config.static_version} (+ the ISA-set label)"))
+    else:
+        try:
+            base = project.base_version_file
+            checks.append(item("version", None if base and base.is_file() else f"fallback file {base} does not exist",
+                               f"provider {VERSION_PROVIDER!r}, fallback {base}"))
+        except CpubuildError as exc:
+            checks.append(item("version", exc.message, ""))
     return checks
 
 
@@ -76,10 +136,10 @@ def build_checks(matrix: Matrix, host: Host) -> list[Check]:
     if host.arch not in matrix.arches:
         return [Check(section="build", name="native arch", ok=False, detail=f"{host.arch} is not an arch of isa_matrix.toml",
                       fix=None, required=True)]
-    platform = select_platform(host.arch, host)
+    platform = select_platform(matrix.arches[host.arch], host)
     for req in platform.requirements(matrix.arches[host.arch]):
         checks.append(from_status("build", check(req)))
-    for name in FRONTENDS:
+    for name in (f for f in FRONTENDS if f != "auto"):
         checks.append(from_status("build", check(frontend.requirement(name)), required=name == "build"))
     return checks
 
@@ -92,7 +152,7 @@ def cross_checks(matrix: Matrix, host: Host) -> list[Check]:
         compiler = f"{info.triplet}-g++"
         path = shutil.which(compiler)
         try:
-            platform: str | None = select_platform(arch, host).name
+            platform: str | None = select_platform(info, host).name
         except Exception:
             platform = None
         detail = f"{path or 'not found'}; build platform: {platform or 'none registered'}"
@@ -140,8 +200,14 @@ def qemu_checks(matrix: Matrix, host: Host) -> list[Check]:
     return checks
 
 
-def run_checks(matrix: Matrix, host: Host) -> list[Check]:
-    return [*cpu_checks(matrix, host), *build_checks(matrix, host), *cross_checks(matrix, host), *docker_checks(), *qemu_checks(matrix, host)]
+def run_checks(project: Project, host: Host) -> list[Check]:
+    checks = project_checks(project)
+    try:
+        matrix = project.load_matrix()
+    except CpubuildError:
+        return checks  # the matrix check above says why
+    return [*checks, *cpu_checks(matrix, host), *build_checks(matrix, host), *cross_checks(matrix, host), *docker_checks(),
+            *qemu_checks(matrix, host)]
 
 
 @click.command(name="doctor")
@@ -149,11 +215,12 @@ def run_checks(matrix: Matrix, host: Host) -> list[Check]:
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
 def command(as_json: bool, project_dir: Path | None) -> None:
-    """Check the host CPU, compilers and cross compilers, cmake/ninja, ccache,
-    auditwheel/patchelf, the Docker daemon and QEMU binfmt; print a fix for each gap."""
-    matrix = find_project(project_dir).load_matrix()
+    """Check the project's layout against the contract, the host CPU, compilers and
+    cross compilers, cmake/ninja, ccache, auditwheel/patchelf, the Docker daemon and
+    QEMU binfmt; print a fix for each gap."""
+    project = find_project(project_dir)
     host = Host.current()
-    checks = run_checks(matrix, host)
+    checks = run_checks(project, host)
     failed_required = [c for c in checks if c.required and not c.ok]
     if as_json:
         click.echo(dump_json({"host": {"os": host.os, "arch": host.arch}, "ok": not failed_required,
@@ -169,7 +236,7 @@ def command(as_json: bool, project_dir: Path | None) -> None:
             console.print(f"  {mark} {escape(c.name)}: {escape(c.detail)}")
             if c.fix:
                 console.print(f"          fix: {escape(c.fix)}")
-        console.print("\n" + ("[green]ready to build wheels for this host[/]" if not failed_required
+        console.print("\n" + (f"[green]ready to build {project.config.dist_name} wheels for this host[/]" if not failed_required
                               else f"[red]{len(failed_required)} required piece(s) missing[/]"))
     if failed_required:
         raise click.exceptions.Exit(1)

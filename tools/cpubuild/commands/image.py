@@ -222,7 +222,7 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
     from ..docker.base import base_tag, ensure_base_image, is_current
     from ..docker.context import build_context
     from ..docker.progress import ConsoleProgress
-    from ..rootfs import check_can_run
+    from ..emulate.rootfs import check_can_run
 
     check_can_run(spec.arch.qemu)
     progress = ConsoleProgress(console, verbosity=verbosity, prefix=f"{spec.arch.debian_arch} ")

@@ -1,4 +1,4 @@
-"""`cpubuild matrix`: the validated ISA matrix, what this host can build and what it can run."""
+"""`cpubuild matrix`: the project's validated ISA matrix, what this host can build and what it can run."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .. import hostprobe
 from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
-from ..wheelbuild import compilers, hostcpu
-from ..wheelbuild.project import find_project
+from ..project import find_project
+from ..wheelbuild import compilers
 from ..wheelbuild.report import dump_json
 
 
@@ -25,7 +26,7 @@ def arch_report(matrix: Matrix, arch: str, host: Host, *, build_check: bool = Tr
     out: dict[str, Any] = {"manylinux": info.manylinux, "macos": info.macos, "platform": None, "compiler": None, "compiler_error": None}
     probes: dict[str, compilers.FlagProbe] = {}
     try:
-        platform = select_platform(arch, host)
+        platform = select_platform(info, host)
         out["platform"] = platform.name
         if build_check:
             toolchain = platform.toolchain(info, os.environ)
@@ -33,7 +34,7 @@ def arch_report(matrix: Matrix, arch: str, host: Host, *, build_check: bool = Tr
             probes = {p.variant: p for p in compilers.probe_variants(toolchain.cxx, variants)}
     except CpubuildError as exc:
         out["compiler_error"] = exc.message
-    features = hostcpu.host_features(arch, matrix.features.get(arch, {}))
+    features = hostprobe.host_features(arch, matrix.features.get(arch, {}))
     runs_here = arch == host.arch and not features.source.startswith("unavailable")
     rows = []
     for v in variants:
@@ -55,10 +56,13 @@ def arch_report(matrix: Matrix, arch: str, host: Host, *, build_check: bool = Tr
     return out
 
 
-def matrix_report(matrix: Matrix, host: Host, *, build_check: bool = True) -> dict[str, Any]:
-    features = hostcpu.host_features(host.arch, matrix.features.get(host.arch, {}))
+def matrix_report(matrix: Matrix, host: Host, *, build_check: bool = True,
+                  project_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    project_facts = project_facts or {}
+    features = hostprobe.host_features(host.arch, matrix.features.get(host.arch, {}))
     return {
         "matrix": matrix.path,
+        "project": {"package": project_facts.get("package"), "env_prefix": project_facts.get("env_prefix")},
         "host": {"os": host.os, "arch": host.arch, "features": sorted(features.found), "feature_source": features.source},
         "arches": {arch: arch_report(matrix, arch, host, build_check=build_check) for arch in matrix.arches},
     }
@@ -96,7 +100,8 @@ def command(as_json: bool, no_build_check: bool, project_dir: Path | None) -> No
     build (a tiny compile per variant's flags, cached) and which its CPU can run."""
     project = find_project(project_dir)
     matrix = project.load_matrix()
-    report = matrix_report(matrix, Host.current(), build_check=not no_build_check)
+    report = matrix_report(matrix, Host.current(), build_check=not no_build_check,
+                           project_facts=project.config.runtime_facts())
     if as_json:
         click.echo(dump_json(report))
     else:

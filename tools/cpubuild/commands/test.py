@@ -3,15 +3,17 @@
 Installs the wheel into a Python of the target arch (a cached Debian rootfs
 for foreign arches, the host's own Python for x86_64) and runs it under
 qemu-user with the given CPU model: first the dispatcher's report
-(`python -m cpukern --json`, which needs no NumPy), then the package's own
-correctness checks (`python -m cpukern.selftest --json`) against NumPy
-references. Prints the selected variant and pass/fail; exit status 1 on any
-failure, 2 on bad input.
+(`python -m <package> --json`, which needs no NumPy), then the project's
+declared selftest (`python -m <selftest> --json`, [tool.cpubuild] selftest;
+NumPy is installed in the trees). What to run comes from the wheel's own
+manifest, so any cpubuild-built wheel can be tested. Prints the selected
+variant and pass/fail; exit status 1 on any failure, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,12 +25,28 @@ from typing import Any
 
 import click
 
-from ..errors import EmulatedTestError, MatrixFileError, ToolMissingError, UsageError
-from ..matrix import Arch, MatrixError, load_matrix
-from ..rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
+from ..emulate.rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
+from ..errors import EmulatedTestError, ToolMissingError, UsageError
+from ..hardware import Arch, hardware
+from ..project import find_project
+from ..wheelbuild.wheelzip import inspect
 
-REPO = Path(__file__).resolve().parents[3]
-DEFAULT_WHEELHOUSE = REPO / "wheelhouse"
+AUTO = "auto"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """What the wheel says about itself (its manifest): what to run and how to force."""
+
+    package: str
+    env_prefix: str
+    selftest: tuple[str, ...]  # () when the project declares none
+    variants: dict[str, tuple[str, ...]]  # built variant -> required features, lowest priority first
+    known: tuple[str, ...]  # every variant of the arch, built or not
+
+    @property
+    def force_env(self) -> str:
+        return f"{self.env_prefix}_ISA"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,10 +102,38 @@ def wheel_arch(wheel: Path) -> str:
     raise UsageError(f"{wheel.name}: platform tag {parts[-1]!r} names no arch this command runs")
 
 
-def find_wheel(arch: str, wheelhouse: Path) -> Path:
-    """The newest cpukern wheel for `arch` in `wheelhouse`."""
+def read_target(wheel: Path) -> Target:
+    """The package, its environment prefix, selftest and built variants, from the wheel's manifest."""
+    try:
+        manifest = inspect(wheel).manifest
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{wheel} is not a readable wheel: {exc}") from None
+    if not manifest or manifest.get("schema") != 2 or "package" not in manifest:
+        raise UsageError(f"{wheel.name} holds no cpubuild manifest (<package>/_manifest.json, schema 2): not built by this cpubuild")
+    ordered = sorted(manifest["variants"], key=lambda v: int(v["priority"]))
+    return Target(
+        package=str(manifest["package"]),
+        env_prefix=str(manifest["env_prefix"]),
+        selftest=tuple(shlex.split(manifest["selftest"])) if manifest.get("selftest") else (),
+        variants={str(v["name"]): tuple(v["requires"]) for v in ordered if v.get("built", True)},
+        known=tuple(str(v["name"]) for v in ordered),
+    )
+
+
+def expected_variant(arch: str, cpu: str, target: Target) -> str:
+    """`--expect auto`: the best built variant a CPU model of the hardware data runs."""
+    model = next((m for m in hardware().qemu[arch] if m.cpu == cpu), None)
+    if model is None:
+        known = ", ".join(m.cpu for m in hardware().qemu[arch]) or "none"
+        raise UsageError(f"--expect auto: cpubuild's hardware data lists no features for {arch} CPU model {cpu!r} (known: {known}); name the expected variant")
+    runnable = [name for name, needs in target.variants.items() if set(needs) <= model.features]
+    return runnable[-1]
+
+
+def find_wheel(arch: str, wheelhouse: Path, wheel_name: str) -> Path:
+    """The newest wheel of the project for `arch` in `wheelhouse`."""
     candidates = []
-    for path in wheelhouse.glob("cpukern-*.whl"):
+    for path in wheelhouse.glob(f"{wheel_name}-*.whl"):
         try:
             if wheel_arch(path) == arch:
                 candidates.append(path)
@@ -95,7 +141,7 @@ def find_wheel(arch: str, wheelhouse: Path) -> Path:
             continue
     if not candidates:
         raise UsageError(
-            f"no cpukern wheel for {arch} in {wheelhouse}",
+            f"no {wheel_name} wheel for {arch} in {wheelhouse}",
             detail=f"build one with: cpubuild wheel --arch {arch}   (or pass the wheel's path)",
         )
     return max(candidates, key=lambda p: (p.stat().st_mtime, p.name))
@@ -170,13 +216,13 @@ def last_json(text: str) -> dict[str, Any] | None:
 
 
 def judge_report(report: dict[str, Any], *, cpu: str, forced: str | None, expect: str | None,
-                 problems: list[str], say: Any) -> tuple[str | None, str | None]:
+                 problems: list[str], say: Any, force_env: str) -> tuple[str | None, str | None]:
     """(selected, error) of a dispatcher report; says what it found, adds problems."""
     selected, report_error = report.get("selected"), report.get("error")
     if report_error:
         problems.append(str(report_error))
     if selected is not None:
-        say(f"selected: {selected}" + (f" (forced by CPUKERN_ISA={forced})" if forced else ""))
+        say(f"selected: {selected}" + (f" (forced by {force_env}={forced})" if forced else ""))
         say("features: " + (" ".join(report.get("host_features", [])) or "(none)"))
     if expect is not None and selected is not None and selected != expect:
         problems.append(f"expected variant {expect!r} under {cpu}, the dispatcher selected {selected!r}")
@@ -208,6 +254,7 @@ def run_emulated(
     arch: Arch,
     cpu: str,
     wheel: Path,
+    target: Target,
     forced: str | None,
     expect: str | None,
     checks: bool,
@@ -219,7 +266,8 @@ def run_emulated(
     check_can_run(arch.qemu)
     root = ensure_rootfs(RootfsSpec.for_arch(arch), log=say) if foreign else None
     emulator = Emulator(qemu=arch.qemu, cpu=cpu, root=root)
-    env = {"CPUKERN_ISA": forced} if forced else {}
+    env = {target.force_env: forced} if forced else {}
+    report_cmd = f"python -m {target.package}"
     python = sys.executable
     where = f"rootfs {root}" if root else f"host Python {python}"
     say(f"{arch.name} under qemu -cpu {cpu} ({where})")
@@ -228,18 +276,20 @@ def run_emulated(
     selected = report_error = checks_skipped = None
     result: dict[str, Any] | None = None
     with installed_wheel(wheel, root) as site:
-        proc = emulator.run(["-m", "cpukern", "--json"], pythonpath=site, env=env, host_python=python)
+        proc = emulator.run(["-m", target.package, "--json"], pythonpath=site, env=env, host_python=python)
         died = signal_name(proc.returncode)
         parsed = last_json(proc.stdout)
         if died:
-            problems.append(f"`python -m cpukern` was killed by {died} under {cpu}")
+            problems.append(f"`{report_cmd}` was killed by {died} under {cpu}")
         elif parsed is None:
-            problems.append(f"`python -m cpukern --json` printed no report (exit {proc.returncode}): {proc.stderr[-800:]}")
+            problems.append(f"`{report_cmd} --json` printed no report (exit {proc.returncode}): {proc.stderr[-800:]}")
         else:
             report = parsed
             selected, report_error = judge_report(report, cpu=cpu, forced=forced, expect=expect,
-                                                  problems=problems, say=say)
-        if checks and selected is not None and not problems:
+                                                  problems=problems, say=say, force_env=target.force_env)
+        if checks and not target.selftest:
+            checks_skipped = "the project declares no selftest ([tool.cpubuild] selftest): selection report only"
+        elif checks and selected is not None and not problems:
             probe = emulator.run(["-c", "import numpy"], pythonpath=site, host_python=python)
             numpy_died = signal_name(probe.returncode)
             if numpy_died or probe.returncode != 0:
@@ -247,7 +297,7 @@ def run_emulated(
                 checks_skipped = f"NumPy cannot import under {cpu} ({why if isinstance(why, str) else why[0]}): selection report only"
                 say(f"checks: skipped - {checks_skipped}")
             else:
-                proc = emulator.run(["-m", "cpukern.selftest", "--json", "--raw-bf16"], pythonpath=site, env=env, host_python=python)
+                proc = emulator.run(["-m", *target.selftest, "--json"], pythonpath=site, env=env, host_python=python)
                 result = judge_checks(proc.stdout, proc.stderr, proc.returncode, cpu=cpu, selected=selected,
                                       problems=problems, say=say)
     return Outcome(
@@ -268,18 +318,17 @@ def run_emulated(
 BOCHS_PREFIX = "bochs:"
 
 
-def run_bochs(*, arch: Arch, cpu: str, wheel: Path, forced: str | None, expect: str | None, checks: bool,
-              say: Any) -> Outcome:
+def run_bochs(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str | None, expect: str | None,
+              checks: bool, say: Any) -> Outcome:
     """The same report and checks, in a Debian guest booted under Bochs 2.7
-    (x86_64 models QEMU 7.2 lacks: AVX-512, VNNI); see cpubuild.bochs."""
-    from .. import bochs
+    (x86_64 models QEMU 7.2 lacks: AVX-512, VNNI); see cpubuild.emulate.bochs."""
+    from ..emulate import bochs
 
     model = cpu.removeprefix(BOCHS_PREFIX)
-    env = {"CPUKERN_ISA": forced} if forced else {}
-    commands = [bochs.GuestCommand(name="report", argv=("python3", "-m", "cpukern", "--json"), env=env)]
-    if checks:
-        commands.append(bochs.GuestCommand(name="selftest", argv=("python3", "-m", "cpukern.selftest", "--json", "--raw-bf16"),
-                                           env=env))
+    env = {target.force_env: forced} if forced else {}
+    commands = [bochs.GuestCommand(name="report", argv=("python3", "-m", target.package, "--json"), env=env)]
+    if checks and target.selftest:
+        commands.append(bochs.GuestCommand(name="selftest", argv=("python3", "-m", *target.selftest, "--json"), env=env))
     say(f"{arch.name} under Bochs 2.7 -cpu {model} (full system: Debian kernel, x86_64 rootfs as initramfs)")
     say(f"wheel: {wheel.name}")
     run = bochs.run_wheel(wheel, commands, model=model, log=say)
@@ -287,13 +336,14 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, forced: str | None, expect: 
     rep = run.results.get("report")
     report = (last_json(rep.stdout) if rep else None) or {}
     if rep is None or not report:
-        problems.append(f"`python -m cpukern --json` printed no report in the guest: {rep.stderr[-800:] if rep else ''}")
+        problems.append(f"`python -m {target.package} --json` printed no report in the guest: {rep.stderr[-800:] if rep else ''}")
     elif died := signal_name(rep.returncode):
-        problems.append(f"`python -m cpukern` was killed by {died} under {model}")
-    selected, report_error = judge_report(report, cpu=model, forced=forced, expect=expect, problems=problems, say=say)
+        problems.append(f"`python -m {target.package}` was killed by {died} under {model}")
+    selected, report_error = judge_report(report, cpu=model, forced=forced, expect=expect, problems=problems, say=say,
+                                          force_env=target.force_env)
     result: dict[str, Any] | None = None
     test = run.results.get("selftest")
-    if checks and selected is not None and not problems:
+    if checks and selected is not None and not problems and target.selftest:
         if test is None:
             problems.append("the correctness checks printed no result in the guest")
         else:
@@ -305,15 +355,18 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, forced: str | None, expect: 
 
 
 @click.command(name="test")
-@click.option("--arch", "arch_name", required=True, help="Target arch (an [arch.*] of isa_matrix.toml).")
+@click.option("--arch", "arch_name", required=True, help="Target arch (x86_64, aarch64, s390x or an alias).")
 @click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell; "
               "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs.")
 @click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--isa", "forced", default=None, help="Force a variant (CPUKERN_ISA) inside the emulated run.")
-@click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant.")
-@click.option("--no-checks", is_flag=True, help="Only the selection report, no correctness checks.")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_WHEELHOUSE,
-              show_default=True, help="Where to look for the newest wheel when WHEEL is not given.")
+@click.option("--isa", "forced", default=None, help="Force a variant (<PREFIX>_ISA) inside the emulated run.")
+@click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant; 'auto': the best one the "
+              "CPU model runs, by cpubuild's hardware data.")
+@click.option("--no-checks", is_flag=True, help="Only the selection report, not the project's selftest.")
+@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Project whose newest wheel to test when WHEEL is not given (default: the nearest one above the working directory).")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where to look for that wheel (default: <project>/wheelhouse).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(
     arch_name: str,
@@ -322,29 +375,30 @@ def command(
     forced: str | None,
     expect: str | None,
     no_checks: bool,
-    wheelhouse: Path,
+    project_dir: Path | None,
+    wheelhouse: Path | None,
     as_json: bool,
 ) -> None:
     """Install a wheel in a target-arch Python and test it under a QEMU CPU model."""
-    try:
-        matrix = load_matrix()
-    except MatrixError as exc:
-        raise MatrixFileError(str(exc)) from None
-    if arch_name not in matrix.arches:
-        raise UsageError(f"unknown arch {arch_name!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
-    arch = matrix.arches[arch_name]
-    names = [v.name for v in matrix.variants_for(arch_name)]
-    for label, value in (("--isa", forced), ("--expect", expect)):
-        if value is not None and value not in names:
-            raise UsageError(f"{label} {value}: not a variant of {arch_name} (known: {', '.join(names)})")
+    canonical = hardware().canonical_arch(arch_name)
+    if canonical is None:
+        raise UsageError(f"unknown arch {arch_name!r} (cpubuild knows: {', '.join(hardware().arches)})")
+    arch = hardware().arches[canonical]
     if wheel is None:
-        wheel = find_wheel(arch_name, wheelhouse)
+        project = find_project(project_dir)
+        wheel = find_wheel(arch.name, wheelhouse or project.root / "wheelhouse", project.config.wheel_name)
     elif not wheel.is_file():
         raise UsageError(f"wheel {wheel} does not exist")
-    if wheel_arch(wheel) != arch_name:
-        raise UsageError(f"{wheel.name} is built for {wheel_arch(wheel)}, not {arch_name}")
+    if wheel_arch(wheel) != arch.name:
+        raise UsageError(f"{wheel.name} is built for {wheel_arch(wheel)}, not {arch.name}")
+    target = read_target(wheel)
     use_bochs = cpu.startswith(BOCHS_PREFIX)
-    if use_bochs and arch_name != "x86_64":
+    if expect == AUTO:
+        expect = expected_variant(arch.name, cpu, target)
+    for label, value in (("--isa", forced), ("--expect", expect)):
+        if value is not None and value not in target.known:
+            raise UsageError(f"{label} {value}: not a variant of {wheel.name} (known: {', '.join(target.known)})")
+    if use_bochs and arch.name != "x86_64":
         raise UsageError(f"--cpu {cpu}: Bochs emulates x86_64 only")
     if not use_bochs:
         check_model(arch.qemu, cpu)
@@ -355,7 +409,8 @@ def command(
 
     runner = run_bochs if use_bochs else run_emulated
     outcome = runner(
-        arch=arch, cpu=cpu, wheel=wheel.resolve(), forced=forced, expect=expect, checks=not no_checks, say=say
+        arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced, expect=expect,
+        checks=not no_checks, say=say,
     )
     if as_json:
         click.echo(json.dumps(outcome.to_json(), indent=1))
@@ -364,4 +419,4 @@ def command(
             click.secho(f"FAIL: {problem}", fg="red", err=True)
         click.secho(f"result: {'PASS' if outcome.ok else 'FAIL'} ({outcome.seconds:.1f} s)", fg="green" if outcome.ok else "red")
     if not outcome.ok:
-        raise EmulatedTestError(f"{arch_name} under -cpu {cpu}: {len(outcome.problems)} problem(s)")
+        raise EmulatedTestError(f"{arch.name} under -cpu {cpu}: {len(outcome.problems)} problem(s)")

@@ -15,6 +15,7 @@ from ..hardware import hardware
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import Project, find_project
+from ..selfwheel import self_wheel
 from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
@@ -63,6 +64,8 @@ def plan_from_options(
         verbose=verbose,
         inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
         relabel=project.config.static_version is not None,
+        # An isolated build installs build-system.requires: cpubuild resolves to this one.
+        extra_env=self_wheel().pip_env() if isolated else None,
     )
 
 

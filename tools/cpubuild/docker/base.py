@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..emulate.rootfs import DEFAULT_SUITE, STAMP, Log, RootfsSpec, check_can_run, ensure_rootfs
 from ..errors import BuildFailedError
 from ..matrix import Arch
-from ..rootfs import DEFAULT_SUITE, STAMP, Log, RootfsSpec, check_can_run, ensure_rootfs
 from .buildlog import Listener
 from .context import single_file_context
 from .engine import Engine

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..emulate.rootfs import unpack_wheel
 from ..errors import CpubuildError
-from ..rootfs import unpack_wheel
 
 
 def install_one(wheel_dir: Path, dest: Path) -> Path:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cmake import TOOLCHAINS
+from ..cmake import CMAKE_DIR, TOOLCHAINS
 from ..errors import ToolMissingError
 from ..matrix import Arch
 from ..wheelbuild.compilers import identify
@@ -62,6 +62,9 @@ def cross_settings(arch: Arch, toolchain_file: Path) -> dict[str, str]:
         "cmake.define.CPUBUILD_CROSS_TRIPLET": arch.triplet,
         "cmake.define.CPUBUILD_CROSS_SYSROOT": str(sysroot(arch)),
         "cmake.define.CPUBUILD_ARCH": arch.name,
+        # The toolchain confines find_package to the target's sysroot; cpubuild's
+        # own CMake package is a build-host tool: name it directly.
+        "cmake.define.cpubuild_DIR": str(CMAKE_DIR),
     }
 
 

@@ -11,8 +11,8 @@ markers and ninja's `[n/N]` lines, attributed to variants by target name
 from __future__ import annotations
 
 import contextlib
-import os
 import functools
+import os
 import re
 import shutil
 import signal

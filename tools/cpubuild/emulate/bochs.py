@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
-from .matrix import load_matrix
+from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
+from ..hardware import hardware
 from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, locked, unpack_wheel
 
 Log = Callable[[str], None]
@@ -69,7 +69,7 @@ PRUNE = (
     "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/pydoc_data",
     "var/cache", "var/lib/apt", "var/lib/dpkg", "var/log", "boot", "dev", "proc", "sys", "run", "tmp",
 )
-SITE = "/opt/cpukern/site"  # where the wheel is unpacked inside the guest
+SITE = "/opt/cpubuild/site"  # where the wheel is unpacked inside the guest
 MARK = "@@cpubuild"
 ISOLINUX_FILES = (Path("/usr/lib/ISOLINUX/isolinux.bin"), Path("/usr/lib/syslinux/modules/bios/ldlinux.c32"))
 BIOS = Path("/usr/share/bochs/BIOS-bochs-latest")
@@ -104,7 +104,7 @@ class BochsRun:
 
 
 def guest_tree_spec() -> RootfsSpec:
-    return RootfsSpec.for_arch(load_matrix().arches["x86_64"])
+    return RootfsSpec.for_arch(hardware().arches["x86_64"])
 
 
 def check_tools() -> None:

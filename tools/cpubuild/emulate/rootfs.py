@@ -25,10 +25,20 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
-from .errors import BuildFailedError, ToolMissingError, UsageError
-from .matrix import Arch
+from ..errors import BuildFailedError, ToolMissingError, UsageError
+
+
+class ArchNames(Protocol):
+    """What a tree needs of an arch (hardware data or a project's matrix)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def debian_arch(self) -> str: ...
+    @property
+    def qemu(self) -> str: ...
 
 DEFAULT_CACHE = Path("/var/cache/cpubuild")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -55,7 +65,7 @@ def debian_mirror() -> str:
 class RootfsSpec:
     """One cached tree: its arch, Debian suite, packages and mirror."""
 
-    arch: str  # isa_matrix.toml arch name, e.g. aarch64
+    arch: str  # cpubuild's arch name, e.g. aarch64
     debian_arch: str  # debootstrap's name, e.g. arm64
     qemu: str  # qemu-user's name, e.g. aarch64
     packages: tuple[str, ...] = TEST_PACKAGES
@@ -64,8 +74,8 @@ class RootfsSpec:
     flavor: str = ""  # "" for the test tree; e.g. "gxx" for a compiler tree
 
     @classmethod
-    def for_arch(cls, arch: Arch, **options: Any) -> RootfsSpec:
-        """The tree of an isa_matrix.toml arch (its Debian and QEMU names)."""
+    def for_arch(cls, arch: ArchNames, **options: Any) -> RootfsSpec:
+        """The tree of an arch (its Debian and QEMU names from the hardware data)."""
         return cls(arch=arch.name, debian_arch=arch.debian_arch, qemu=arch.qemu, **options)
 
     @property

@@ -1,0 +1,92 @@
+"""A wheel of the running cpubuild, made from its installed files.
+
+Isolated builds need cpubuild (it is in every project's build-system.requires)
+and image builds install it in their build stage; neither may depend on an
+index having this very version. The wheel is reproducible (fixed timestamps,
+sorted entries), cached by content under cpubuild's cache directory, and
+offered through find-links plus a constraint pinning this version.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+from .wheelbuild.cache import cache_dir
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+WHEEL_TEXT = "Wheel-Version: 1.0\nGenerator: cpubuild (selfwheel)\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfWheel:
+    wheel: Path
+    constraints: Path  # "cpubuild==<this version>"
+
+    @property
+    def find_links(self) -> Path:
+        return self.wheel.parent
+
+    def pip_env(self) -> dict[str, str]:
+        """Environment that makes pip / uv / build resolve cpubuild to this wheel."""
+        links = str(self.find_links)
+        return {
+            "PIP_FIND_LINKS": " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS", ""), links])),
+            "UV_FIND_LINKS": ",".join(filter(None, [os.environ.get("UV_FIND_LINKS", ""), links])),
+            "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT", ""), str(self.constraints)])),
+            "UV_BUILD_CONSTRAINT": str(self.constraints),
+        }
+
+
+def _members() -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*")):
+        rel = path.relative_to(PACKAGE_DIR.parent).as_posix()
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith((".pyc", ".pyo")):
+            files[rel] = path.read_bytes()
+    dist = metadata.distribution("cpubuild")
+    info = f"cpubuild-{__version__}.dist-info"
+    files[f"{info}/METADATA"] = (dist.read_text("METADATA") or f"Metadata-Version: 2.1\nName: cpubuild\nVersion: {__version__}\n").encode()
+    entry_points = dist.read_text("entry_points.txt")
+    if entry_points:
+        files[f"{info}/entry_points.txt"] = entry_points.encode()
+    files[f"{info}/WHEEL"] = WHEEL_TEXT.encode()
+    return files
+
+
+def _record(files: dict[str, bytes], record: str) -> bytes:
+    rows = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{name},sha256={digest},{len(data)}")
+    return ("\n".join([*rows, f"{record},,"]) + "\n").encode()
+
+
+def self_wheel() -> SelfWheel:
+    """This cpubuild as a wheel (made once per content, then reused)."""
+    files = _members()
+    key = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in files.items())).hexdigest()[:16]
+    folder = cache_dir() / "self-wheel" / key
+    wheel = folder / f"cpubuild-{__version__}-py3-none-any.whl"
+    constraints = folder / "constraints.txt"
+    if not wheel.is_file() or not constraints.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        record = f"cpubuild-{__version__}.dist-info/RECORD"
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        os.close(fd)
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            for name, data in [*files.items(), (record, _record(files, record))]:
+                entry = zipfile.ZipInfo(name, date_time=ZIP_TIME)
+                entry.external_attr = 0o644 << 16
+                z.writestr(entry, data)
+        os.replace(tmp, wheel)
+        constraints.write_text(f"cpubuild=={__version__}\n", encoding="utf-8")
+    return SelfWheel(wheel=wheel, constraints=constraints)
