@@ -1,15 +1,18 @@
-"""tools/cpubuild/bochs.py without booting anything: the initramfs archive
+"""tools/cpubuild/emulate/bochs.py without booting anything: the initramfs archive
 format, the guest's /init and how its serial output is read back."""
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from cpubuild import bochs
+from cpubuild.emulate import bochs
 from cpubuild.errors import ToolMissingError, UsageError
 
 
@@ -71,18 +74,23 @@ def test_unknown_model_is_a_usage_error(tmp_path: Path) -> None:
         bochs.run_wheel(tmp_path / "x.whl", [], model="pentium")
 
 
+def tiny_wheel(path: Path, arch: str) -> Path:
+    """A wheel holding only a schema-2 manifest: what `cpubuild test` reads before running anything."""
+    manifest = {"schema": 2, "package": "cpukern", "env_prefix": "CPUKERN", "selftest": None, "arch": arch,
+                "variants": [{"name": "baseline", "priority": 0, "requires": [], "built": True}]}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("cpukern/_manifest.json", json.dumps(manifest))
+    return path
+
+
 def test_cli_bochs_model_errors_exit_2(tmp_path: Path) -> None:
     """`cpubuild test --cpu bochs:MODEL`: an unknown model or a non-x86_64 arch is bad input."""
-    import sys
-
-    wheel = tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_x86_64.whl"
-    wheel.write_bytes(b"")
+    wheel = tiny_wheel(tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_x86_64.whl", "x86_64")
     tools = Path(__file__).resolve().parents[2] / "tools"
     base = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", "test"]
     env = {"PYTHONPATH": str(tools), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([*base, "--arch", "x86_64", "--cpu", "bochs:pentium", str(wheel)], capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "unknown Bochs CPU model 'pentium'" in proc.stderr, proc.stderr
-    arm = tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_aarch64.whl"
-    arm.write_bytes(b"")
+    arm = tiny_wheel(tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_aarch64.whl", "aarch64")
     proc = subprocess.run([*base, "--arch", "aarch64", "--cpu", "bochs:tigerlake", str(arm)], capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "Bochs emulates x86_64 only" in proc.stderr, proc.stderr

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from conftest import CPUKERN_MATRIX
 from cpubuild.commands.test import base_model, last_json, parse_model_list, signal_name, wheel_arch
-from cpubuild.errors import UsageError
-from cpubuild.matrix import load_matrix
 from cpubuild.emulate.rootfs import (
     STAMP,
     TEST_PACKAGES,
@@ -22,15 +20,15 @@ from cpubuild.emulate.rootfs import (
     installed_wheel,
     is_ready,
     unpack_wheel,
-    wheel_members,
 )
+from cpubuild.errors import UsageError
+from cpubuild.matrix import load_matrix
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 
 
 def spec_for(arch: str, **kw: object) -> RootfsSpec:
-    a = MATRIX.arches[arch]
-    return RootfsSpec(arch=a.name, debian_arch=a.debian_arch, qemu=a.qemu, mirror="http://mirror.example/debian", **kw)  # type: ignore[arg-type]
+    return RootfsSpec.for_arch(MATRIX.arches[arch], mirror="http://mirror.example/debian", **kw)
 
 
 def test_debootstrap_command_comes_from_the_matrix_arch() -> None:
@@ -61,7 +59,8 @@ def test_stamp_decides_reuse(tmp_path: Path) -> None:
     assert not is_ready(spec, tmp_path)
 
 
-def test_wheel_members_map_data_dirs_and_refuse_escapes() -> None:
+def test_unpack_maps_data_dirs_and_refuses_escapes(tmp_path: Path) -> None:
+    """purelib/platlib of <dist>.data land at the root; other schemes are left out."""
     names = [
         "cpukern/__init__.py",
         "cpukern/",
@@ -70,15 +69,21 @@ def test_wheel_members_map_data_dirs_and_refuse_escapes() -> None:
         "cpukern-1.0.data/purelib/extra.py",
         "cpukern-1.0.data/scripts/tool",
     ]
-    assert wheel_members(names) == {
-        "cpukern/__init__.py": "cpukern/__init__.py",
-        "cpukern-1.0.dist-info/RECORD": "cpukern-1.0.dist-info/RECORD",
-        "cpukern-1.0.data/platlib/cpukern/_cpukern_neon.so": "cpukern/_cpukern_neon.so",
-        "cpukern-1.0.data/purelib/extra.py": "extra.py",
-    }
-    for bad in ("../evil.py", "/etc/passwd", "cpukern/../../x"):
+    wheel = tmp_path / "cpukern-1.0-py3-none-linux_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name in names:
+            z.writestr(name, "")
+    assert unpack_wheel(wheel, tmp_path / "site") == [
+        "cpukern-1.0.dist-info/RECORD", "cpukern/__init__.py", "cpukern/_cpukern_neon.so", "extra.py",
+    ]
+    assert not (tmp_path / "site/tool").exists() and not (tmp_path / "site/cpukern-1.0.data").exists()
+    for i, bad in enumerate(("../evil.py", "/etc/passwd", "cpukern/../../x")):
+        hostile = tmp_path / f"evil{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(hostile, "w") as z:
+            z.writestr(bad, "")
         with pytest.raises(UsageError, match="escapes"):
-            wheel_members([bad])
+            unpack_wheel(hostile, tmp_path / f"site{i}")
+    assert not (tmp_path / "evil.py").exists()
 
 
 def make_wheel(path: Path) -> Path:
@@ -176,7 +181,7 @@ def test_last_json_finds_the_object_after_noise() -> None:
     assert last_json("[1, 2]") is None
 
 
-def test_find_wheel_picks_the_newest_of_the_arch(tmp_path: Path) -> None:
+def test_find_wheel_picks_the_newest_of_the_arch_and_project(tmp_path: Path) -> None:
     import os
 
     from cpubuild.commands.test import find_wheel
@@ -184,10 +189,14 @@ def test_find_wheel_picks_the_newest_of_the_arch(tmp_path: Path) -> None:
     old = tmp_path / "cpukern-0.1.0+cpu-py3-none-manylinux_2_27_aarch64.whl"
     new = tmp_path / "cpukern-0.2.0+cpu-py3-none-manylinux_2_27_aarch64.whl"
     other = tmp_path / "cpukern-0.3.0+cpu-py3-none-manylinux_2_27_s390x.whl"
-    for i, path in enumerate((old, new, other)):
+    foreign = tmp_path / "dotlib-9.0.0+cpu-py3-none-manylinux_2_27_aarch64.whl"  # another project's, newest
+    for i, path in enumerate((old, new, other, foreign)):
         path.write_bytes(b"")
         os.utime(path, (1000 + i, 1000 + i))
-    assert find_wheel("aarch64", tmp_path) == new
-    assert find_wheel("s390x", tmp_path) == other
+    assert find_wheel("aarch64", tmp_path, "cpukern") == new
+    assert find_wheel("s390x", tmp_path, "cpukern") == other
+    assert find_wheel("aarch64", tmp_path, "dotlib") == foreign
     with pytest.raises(UsageError, match="no cpukern wheel for x86_64"):
-        find_wheel("x86_64", tmp_path)
+        find_wheel("x86_64", tmp_path, "cpukern")
+    with pytest.raises(UsageError, match="no dotlib wheel for s390x"):
+        find_wheel("s390x", tmp_path, "dotlib")
