@@ -8,7 +8,8 @@ import struct
 import pytest
 from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
-from cpubuild.matrix import load_matrix
+from cpubuild.hardware import hardware
+from cpubuild.matrix import Arch, load_matrix, parse_matrix
 from cpubuild.platforms import Host, select_platform
 from cpubuild.platforms.macos import (
     LC_BUILD_VERSION,
@@ -31,17 +32,19 @@ def test_the_matrix_declares_a_macos_arch() -> None:
 
 
 @pytest.mark.parametrize("arch", MAC_ARCHES, ids=lambda a: a.name)
-def test_settings_follow_the_matrix_tag(arch: object) -> None:
-    a = MATRIX.arches["aarch64"]
-    tag = parse_tag(str(a.macos))
-    settings = macos_settings(a)
+def test_settings_follow_the_matrix_tag(arch: Arch) -> None:
+    tag = parse_tag(str(arch.macos))
+    settings = macos_settings(arch)
     assert settings["cmake.define.CMAKE_OSX_ARCHITECTURES"] == tag.machine == "arm64"
     assert settings["cmake.define.CMAKE_OSX_DEPLOYMENT_TARGET"] == tag.deployment_target
-    env = macos_env(a)
+    assert settings["cmake.define.CPUBUILD_ARCH"] == arch.name
+    env = macos_env(arch)
     # scikit-build-core derives the wheel tag from these two
     assert env["MACOSX_DEPLOYMENT_TARGET"] == tag.deployment_target
     assert env["ARCHFLAGS"] == "-arch arm64"
-    assert f"macosx_{tag.deployment_target.replace('.', '_')}_{tag.machine}" == a.macos
+    assert f"macosx_{tag.deployment_target.replace('.', '_')}_{tag.machine}" == arch.macos
+    # the tag is the hardware data's default, the project did not override it
+    assert arch.macos == hardware().arches[arch.name].macos
 
 
 def test_parse_tag_rejects_non_mac_tags() -> None:
@@ -49,18 +52,30 @@ def test_parse_tag_rejects_non_mac_tags() -> None:
     for bad in ("manylinux_2_28_aarch64", "macosx_11_arm64", "macosx_11_0_ppc"):
         with pytest.raises(UsageError):
             parse_tag(bad)
-    with pytest.raises(UsageError, match="no macOS build"):
+    with pytest.raises(UsageError, match=r"builds no macOS wheels for s390x"):
         macos_settings(MATRIX.arches["s390x"])
+
+
+def linux_only(arch: str) -> Arch:
+    """The arch as a project that does not list darwin in its [arch] os builds it."""
+    return parse_matrix({"schema": 2, "variant": [{"name": "base", "arch": arch, "priority": 0, "flags": ["-O2"]}]}).arches[arch]
 
 
 def test_platform_choice_by_host() -> None:
     mac = Host(os="darwin", arch="aarch64")
-    assert PLATFORM.builds("aarch64", mac)
-    assert select_platform("aarch64", mac).name == "macos"
-    assert not PLATFORM.builds("s390x", mac)  # the matrix has no macOS s390x
-    assert not PLATFORM.builds("aarch64", Host(os="linux", arch="x86_64"))
-    with pytest.raises(UsageError, match="no build platform"):
-        select_platform("s390x", mac)
+    aarch64, s390x = MATRIX.arches["aarch64"], MATRIX.arches["s390x"]
+    assert PLATFORM.builds(aarch64, mac)
+    assert select_platform(aarch64, mac).name == "macos"
+    assert not PLATFORM.builds(s390x, mac)  # the matrix has no macOS s390x
+    assert not PLATFORM.builds(aarch64, Host(os="linux", arch="x86_64"))
+    with pytest.raises(UsageError, match="no build platform for s390x"):
+        select_platform(s390x, mac)
+    # a project whose aarch64 is Linux-only gets no macOS wheels even though the hardware could
+    plain = linux_only("aarch64")
+    assert plain.os == ("linux",) and plain.macos is None and "apple-clang" not in plain.compilers
+    assert not PLATFORM.builds(plain, mac)
+    with pytest.raises(UsageError, match=r'add os = \["linux", "darwin"\] to \[arch.aarch64\]'):
+        macos_settings(plain)
 
 
 def macho(cpu: int, dylibs: list[str], minos: tuple[int, int] | None) -> bytes:
