@@ -4,12 +4,14 @@ labels, config-settings and environment per set - against the real matrix."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UnknownISAError, UsageError
-from cpubuild.matrix import load_matrix, parse_matrix
+from cpubuild.matrix import MatrixError, load_matrix, parse_matrix
+from cpubuild.version_provider import ENV_VERSION
 from cpubuild.wheelbuild.plan import (
     ALL,
     NATIVE,
@@ -157,25 +159,18 @@ def test_underscores_are_dropped_from_label_segments() -> None:
     assert "_" not in "".join(label_segment(v.name) for v in MATRIX.variants)
 
 
-def _tiny_matrix(*variant_names: str) -> object:
-    variants = [{"name": "base", "arch": "x86_64", "priority": 0, "requires": [], "flags": {"gcc": ["-O2"], "clang": ["-O2"]}}]
-    for i, name in enumerate(variant_names, start=1):
-        variants.append({"name": name, "arch": "x86_64", "priority": i, "requires": ["sse2"],
-                         "flags": {"gcc": ["-O2"], "clang": ["-O2"]}})
-    return parse_matrix({
-        "schema": 1,
-        "arch": {"x86_64": {"compilers": ["gcc", "clang"], "os": ["linux"], "triplet": "x86_64-linux-gnu",
-                            "manylinux": "manylinux_2_28_x86_64", "docker_platform": "linux/amd64",
-                            "qemu": "x86_64", "debian_arch": "amd64"}},
-        "features": {"x86_64": {"sse2": {"cpuid": [1, 0, "edx", 26]}}},
-        "variant": variants,
-    })
-
-
-def test_label_collisions_in_a_matrix_are_refused() -> None:
-    matrix = _tiny_matrix("ab_c", "a_bc")
+def test_label_collisions_are_refused_by_the_matrix_and_by_the_plan() -> None:
+    """'ab_c' and 'a_bc' would both be labelled 'abc': the matrix refuses them, and
+    the plan checks again for a Matrix made some other way."""
+    variants = [{"name": "base", "arch": "x86_64", "priority": 0, "flags": ["-O2"]}]
+    variants += [{"name": n, "arch": "x86_64", "priority": i, "requires": ["sse3"], "flags": ["-msse3"]}
+                 for i, n in ((10, "ab_c"), (20, "a_bc"))]
+    with pytest.raises(MatrixError, match="share the wheel label 'abc'"):
+        parse_matrix({"schema": 2, "variant": variants})
+    good = parse_matrix({"schema": 2, "variant": variants[:2]})
+    clash = replace(good, variants=(*good.variants, replace(good.variants[1], name="a_bc", priority=20)))
     with pytest.raises(UsageError, match="share the wheel label segment 'abc'"):
-        resolve_isa_set(matrix, "x86_64", ["ab_c"])  # type: ignore[arg-type]
+        resolve_isa_set(clash, "x86_64", ["ab_c"])
 
 
 # ------------------------------------------------------------------ the plan
@@ -195,8 +190,9 @@ def test_plan_config_settings_for_one_variant() -> None:
     plan = plan_for([name])
     base = MATRIX.baseline("x86_64").name
     cs = plan.config_settings
-    assert cs["cmake.define.CPUKERN_ISA"] == f"{base},{name}"
-    assert cs["cmake.define.CPUKERN_ARCH"] == "x86_64"
+    assert cs["cmake.define.CPUBUILD_ISA"] == f"{base},{name}"
+    assert cs["cmake.define.CPUBUILD_ARCH"] == "x86_64"
+    assert not any("CPUKERN" in key for key in cs)  # nothing project-specific
     assert cs["build-dir"] == f"/cache/build/x86_64-cpu.{label_segment(name)}"
     assert cs["wheel.reproducible"] == "true"
     assert cs["cmake.build-type"] == "Release"
@@ -208,7 +204,8 @@ def test_plan_environment_carries_version_epoch_and_jobs() -> None:
     name = optional("x86_64")[0]
     plan = plan_for([name])
     assert plan.version == f"0.1.0.dev12+g1a2b3c4.cpu.{label_segment(name)}"
-    assert plan.env["CPUKERN_BUILD_VERSION"] == plan.version
+    assert plan.env["CPUBUILD_BUILD_VERSION"] == plan.version  # what cpubuild.version_provider reads
+    assert plan.env["CPUBUILD_BUILD_VERSION"] == plan.env[ENV_VERSION]
     assert plan.env["SOURCE_DATE_EPOCH"] == "1700000000"
     assert plan.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "2"
     assert plan.manylinux == MATRIX.arches["x86_64"].manylinux
@@ -216,7 +213,7 @@ def test_plan_environment_carries_version_epoch_and_jobs() -> None:
 
 def test_all_variant_plan() -> None:
     plan = plan_for([])
-    assert plan.config_settings["cmake.define.CPUKERN_ISA"] == ",".join(names("x86_64"))
+    assert plan.config_settings["cmake.define.CPUBUILD_ISA"] == ",".join(names("x86_64"))
     assert plan.version == "0.1.0.dev12+g1a2b3c4.cpu"
     assert plan.build_dir == Path("/cache/build/x86_64-cpu")
 
@@ -250,7 +247,22 @@ def test_each_set_has_its_own_build_dir() -> None:
 @pytest.mark.parametrize("arch", ARCHES)
 def test_plans_for_other_arches_are_built_the_same_way(arch: str) -> None:
     plan = plan_for(["baseline"], arch=arch)
-    assert plan.config_settings["cmake.define.CPUKERN_ARCH"] == arch
-    assert plan.config_settings["cmake.define.CPUKERN_ISA"] == MATRIX.baseline(arch).name
-    assert plan.manylinux.endswith(arch)
+    assert plan.config_settings["cmake.define.CPUBUILD_ARCH"] == arch
+    assert plan.config_settings["cmake.define.CPUBUILD_ISA"] == MATRIX.baseline(arch).name
+    assert plan.target == MATRIX.arches[arch] and plan.arch == arch
+    assert plan.manylinux == plan.target.manylinux and plan.manylinux.endswith(arch)
     assert plan.build_dir.name == f"{arch}-cpu.{label_segment(MATRIX.baseline(arch).name)}"
+
+
+def test_static_version_plan_is_relabelled_after_the_build() -> None:
+    """A static [project] version: the build sees it as written, the label goes on afterwards."""
+    static = SourceVersion(public="2.1.0", local=(), source_date_epoch=1_700_000_000, origin="static")
+    isa = resolve_isa_set(MATRIX, "x86_64", [optional("x86_64")[0]])
+    plan = make_plan(
+        matrix=MATRIX, project=Path("/src"), isa=isa, platform="linux-native", source=static,
+        build_root=Path("/b"), out_dir=Path("/out"), frontend="build", isolated=False,
+        jobs=1, ccache=None, repair=True, clean=False, relabel=True,
+    )
+    assert plan.relabel and plan.source_version == "2.1.0"
+    assert plan.version == f"2.1.0+cpu.{label_segment(optional('x86_64')[0])}"
+    assert not plan_for([]).relabel  # the default: the provider already sets the labelled version
