@@ -30,9 +30,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
+from cpubuild.emulate.rootfs import RootfsSpec, ensure_rootfs  # noqa: E402
 from cpubuild.matrix import Matrix, load_matrix  # noqa: E402
 from cpubuild.platforms import Host  # noqa: E402
-from cpubuild.emulate.rootfs import RootfsSpec, ensure_rootfs  # noqa: E402
 from cpubuild.wheelbuild.version import source_version  # noqa: E402
 
 # The flags every variant library gets (cmake/CpukernVariants.cmake), minus

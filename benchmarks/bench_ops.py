@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# The cases and the timing are shared with `cpubuild bench` (tools/cpubuild/bench).
-from cpubuild.bench.cases import op_case as make_cases
+# The cases are shared with `cpubuild bench` (bench_variants.py), the timing is cpubuild's.
 from cpubuild.bench.timing import allocator, measure, reexec_with_tcmalloc
+from cpukern_cases import op_case as make_cases
 
 
 def measure_fastest_call(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float) -> dict[str, float]:

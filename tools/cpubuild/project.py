@@ -8,6 +8,7 @@ command says so - cpubuild never falls back to a checkout of its own.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -20,6 +21,7 @@ from packaging.version import InvalidVersion
 from .contract import DEFAULT_MATRIX, ContractError, ProjectConfig, has_table, parse_config, read_pyproject
 from .errors import MatrixFileError, UsageError
 from .matrix import Matrix, MatrixError, load_matrix
+from .wheelbuild.version import SourceVersion, source_version, static_source_version
 
 PYPROJECT = "pyproject.toml"
 DOCS = "docs/project.md"
@@ -76,6 +78,15 @@ class Project:
         candidates = [self.root / p for p in declared if Path(p).name == package]
         candidates += [self.root / "src" / package, self.root / "python" / package, self.root / package]
         return next((c for c in candidates if (c / "__init__.py").is_file()), None)
+
+    def source_version(self) -> SourceVersion:
+        """The version to build: a static [project] version as written, else
+        cpubuild's provider's (CPUBUILD_VERSION, else git, else the fallback file)."""
+        if self.config.static_version is not None:
+            return static_source_version(self.config.static_version, self.root, os.environ)
+        base = self.base_version_file
+        assert base is not None
+        return source_version(self.root, base, os.environ)
 
     def cmake_problems(self) -> list[str]:
         """What the project's CMakeLists.txt lacks of the cpubuild CMake interface."""

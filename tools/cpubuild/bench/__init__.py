@@ -1,5 +1,3 @@
-"""Benchmarks of the installed cpukern: shared timing (`timing`), the op and
-GEMM cases (`cases`), the measuring process (`worker`, run with tcmalloc
-preloaded) and the speedup-ladder plot (`plot`). Used by `cpubuild bench`
-and benchmarks/bench_ops.py; numpy, ml_dtypes and torch are imported only by
-the measuring process."""
+"""What `cpubuild bench` and projects' benchmark scripts share: round-robin
+timing with tcmalloc preloaded (`timing`) and the speedup-ladder plot
+(`plot`). The measuring itself is the project's (its declared benchmark)."""

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-ENV_PRELOADED = "CPUKERN_BENCH_PRELOADED"
+ENV_PRELOADED = "CPUBUILD_BENCH_PRELOADED"
 SLOW_S = 1.0  # a call at least this long is timed once, in the first round only
 
 

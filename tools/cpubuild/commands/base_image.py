@@ -4,6 +4,7 @@ No registry needed: the rootfs is made by debootstrap (cached under the cpubuild
 cache, see cpubuild.rootfs), trimmed, and built `FROM scratch` with --platform
 so the image carries the right architecture. `cpubuild image` uses it by
 default and builds it on demand; this command makes or refreshes it up front.
+It needs no project: the platforms are cpubuild's (hardware data).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import click
 from rich.console import Console
 
 from ..docker.platforms import parse_platforms
-from ..errors import MatrixFileError
-from ..matrix import MatrixError, load_matrix
+from ..hardware import hardware
 
 
 @click.command("base-image")
@@ -31,11 +31,7 @@ def command(platforms: tuple[str, ...], force: bool, as_json: bool, quiet: int, 
     from ..docker.progress import ConsoleProgress
 
     console = Console(stderr=True, quiet=bool(quiet))
-    try:
-        matrix = load_matrix()
-    except MatrixError as exc:
-        raise MatrixFileError(str(exc)) from None
-    arches = parse_platforms(matrix, platforms)
+    arches = parse_platforms(hardware().arches, platforms)
     engine = Engine.connect()
     results = []
     for arch in arches:

@@ -1,11 +1,15 @@
-"""`cpubuild ci [--check] [--lint]`: the release pipeline, rendered.
+"""`cpubuild ci [--check] [--lint]`: a project's release pipeline, rendered.
 
 ci/release.yml (a GitHub Actions workflow; copy it to .github/workflows/) is
-generated from isa_matrix.toml (the arches, their cross toolchains) and
-ci/emulation.toml (the QEMU CPU models each arch's wheel is tested under,
-checked against the matrix). Jobs: build a wheel per arch, test each under
-its CPU models with `cpubuild test`, publish to the index keyed by commit
-(nightly on main, a release on v* tags). `--check` fails when ci/ is stale.
+generated from the project's matrix (its arches; their cross toolchains from
+cpubuild's hardware data) and the emulated CPU models each arch's wheel is
+tested under: by default derived from the hardware data's qemu models (one
+per variant the models can tell apart), or listed in ci/emulation.toml.
+Jobs: build a wheel per arch, test each under its CPU models with `cpubuild
+test`, publish to the index keyed by commit (nightly on main, a release on v*
+tags), then install the published wheel from the index with uv and run its
+report. `--check` fails when ci/ is stale. [tool.cpubuild.ci] `cpubuild`
+says how the jobs install cpubuild (a pip requirement or a path).
 """
 
 from __future__ import annotations
@@ -23,16 +27,17 @@ from typing import Any
 
 import click
 
+from .. import __version__
 from ..errors import CpubuildError, MatrixFileError, ToolMissingError, UsageError
+from ..hardware import hardware
 from ..matrix import Matrix, MatrixError, load_matrix
+from ..project import Project, find_project
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[3]  # the checkout, when cpubuild runs from it
-CI_DIR = REPO / "ci"
 EMULATION = "emulation.toml"
 WORKFLOW = "release.yml"
 RUNNER = "ubuntu-24.04"
@@ -57,8 +62,28 @@ class EmulationCase:
     checks: bool = True
 
 
+def derived_cases(matrix: Matrix) -> list[EmulationCase]:
+    """The qemu models of the hardware data, weakest first, each kept when it
+    shows a variant no earlier checked model selects (a model where NumPy
+    cannot import is kept for its report alone: the dispatcher must not crash there)."""
+    cases = []
+    for arch in matrix.arches:
+        covered: set[str] = set()
+        for model in hardware().qemu.get(arch, ()):
+            expect = matrix.best_for(arch, model.features).name
+            if not model.checks:
+                cases.append(EmulationCase(arch=arch, cpu=model.cpu, expect=expect, checks=False))
+            elif expect not in covered:
+                covered.add(expect)
+                cases.append(EmulationCase(arch=arch, cpu=model.cpu, expect=expect))
+    return cases
+
+
 def load_cases(path: Path, matrix: Matrix) -> list[EmulationCase]:
-    """ci/emulation.toml, every arch and variant checked against the matrix."""
+    """ci/emulation.toml when the project lists its cases, every arch and variant
+    checked against the matrix; else the cases derived from the hardware data."""
+    if not path.is_file():
+        return derived_cases(matrix)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -87,19 +112,56 @@ def load_cases(path: Path, matrix: Matrix) -> list[EmulationCase]:
 # ------------------------------------------------------------------ the workflow
 
 
-def _setup(*, extra_apt: str = "", extras: str = "") -> list[dict[str, Any]]:
-    tools = f"./tools[{extras}]" if extras else "./tools"
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    """What the rendered workflow needs to know about the project."""
+
+    cpubuild: str  # pip requirement or path the jobs install cpubuild from
+    workdir: str  # the project's directory inside the repository ("." at its root)
+    dist: str  # distribution name
+    package: str
+
+    def install(self, extras: str = "") -> str:
+        spec = self.cpubuild
+        if extras:
+            spec = f"{spec}[{extras}]" if "/" in spec or spec.startswith(".") else re.sub(r"^([A-Za-z0-9_.-]+)", rf"\1[{extras}]", spec)
+        return json.dumps(spec) if re.search(r"[\[\]<>=!~ ]", spec) else spec
+
+
+def pipeline_of(project: Project) -> Pipeline:
+    table = project.config.tables.get("ci", {})
+    unknown = sorted(set(table) - {"cpubuild"})
+    if unknown:
+        raise UsageError(f"{project.root / 'pyproject.toml'}: [tool.cpubuild.ci] unknown keys {', '.join(unknown)} (known: cpubuild)")
+    spec = table.get("cpubuild", f"cpubuild=={__version__}")
+    if not isinstance(spec, str) or not spec.strip():
+        raise UsageError(f"{project.root / 'pyproject.toml'}: [tool.cpubuild.ci] cpubuild must be a pip requirement or a path")
+    top = _git_toplevel(project.root)
+    workdir = project.root.relative_to(top).as_posix() if top is not None else "."
+    return Pipeline(cpubuild=spec.strip(), workdir=workdir or ".", dist=project.config.dist_name, package=project.config.package)
+
+
+def _git_toplevel(path: Path) -> Path | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except OSError:
+        return None
+    return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 else None
+
+
+def _setup(pipe: Pipeline, *, extra_apt: str = "", extras: str = "") -> list[dict[str, Any]]:
     apt = f"sudo apt-get update -q\nsudo apt-get install -y -q --no-install-recommends {extra_apt}\n" if extra_apt else ""
     return [
         {"uses": CHECKOUT, "with": {"fetch-depth": 0}},  # tags: the version comes from git
         {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
-        {"name": "Install tools", "run": f"{apt}python -m pip install --upgrade {tools}\n"},
+        {"name": "Install tools", "run": f"{apt}python -m pip install --upgrade {pipe.install(extras)}\n"},
     ]
 
 
-def _publish_job(channel: str, condition: str, arches: list[str]) -> dict[str, Any]:
+def _publish_job(pipe: Pipeline, channel: str, condition: str, arches: list[str]) -> dict[str, Any]:
     steps = [
-        *_setup(extras="s3"),
+        *_setup(pipe, extras="s3"),
         {"uses": DOWNLOAD, "with": {"pattern": "wheels-*", "path": "wheelhouse", "merge-multiple": True}},
         {
             "uses": AWS_CREDENTIALS,
@@ -133,7 +195,28 @@ def _publish_job(channel: str, condition: str, arches: list[str]) -> dict[str, A
     }
 
 
-def release_workflow(matrix: Matrix, cases: list[EmulationCase]) -> dict[str, Any]:
+def _verify_job(pipe: Pipeline) -> dict[str, Any]:
+    """The published nightly, installed from the index the way users install it."""
+    return {
+        "name": "install the published nightly",
+        "needs": ["nightly"],
+        "runs-on": RUNNER,
+        "steps": [
+            {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
+            {
+                "name": "Install from the index",
+                "env": {"INDEX_URL": "${{ vars.CPUBUILD_INDEX_URL }}"},  # where the index is served, e.g. https://...
+                "working-directory": "${{ runner.temp }}",  # no checkout: what users install, nothing else
+                "run": "python -m pip install --upgrade uv\n"
+                f'python -m uv pip install --python "$(command -v python)" {pipe.dist} '
+                f'--extra-index-url "$INDEX_URL/$GITHUB_SHA/cpu/" --index-strategy first-index\n'
+                f"python -m {pipe.package} --json\n",
+            },
+        ],
+    }
+
+
+def release_workflow(matrix: Matrix, cases: list[EmulationCase], pipe: Pipeline) -> dict[str, Any]:
     arches = [name for name, arch in matrix.arches.items() if "linux" in arch.os]
     build_include = [
         {"arch": name, "compiler": "" if name == RUNNER_ARCH else f"g++-{matrix.arches[name].triplet}"} for name in arches
@@ -148,7 +231,7 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase]) -> dict[str, An
         "runs-on": RUNNER,
         "strategy": {"fail-fast": False, "matrix": {"include": build_include}},
         "steps": [
-            *_setup(extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),
+            *_setup(pipe, extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),
             {"name": "Build", "run": "cpubuild wheel --arch ${{ matrix.arch }} --out wheelhouse --json\n"},
             {"uses": UPLOAD, "with": {"name": "wheels-${{ matrix.arch }}", "path": "wheelhouse/*.whl", "if-no-files-found": "error"}},
         ],
@@ -159,7 +242,7 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase]) -> dict[str, An
         "runs-on": RUNNER,
         "strategy": {"fail-fast": False, "matrix": {"include": test_include}},
         "steps": [
-            *_setup(extra_apt="qemu-user-static binfmt-support debootstrap"),
+            *_setup(pipe, extra_apt="qemu-user-static binfmt-support debootstrap"),
             {"uses": DOWNLOAD, "with": {"name": "wheels-${{ matrix.arch }}", "path": "wheelhouse"}},
             {
                 # root: foreign arches run in a debootstrap rootfs through chroot
@@ -169,7 +252,7 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase]) -> dict[str, An
             },
         ],
     }
-    return {
+    workflow: dict[str, Any] = {
         "name": "release",
         "on": {
             "push": {"branches": ["main"], "tags": ["v*"]},
@@ -181,10 +264,24 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase]) -> dict[str, An
         "jobs": {
             "build": build,
             "test": test,
-            "nightly": _publish_job("nightly", "github.event_name == 'push' && github.ref == 'refs/heads/main'", arches),
-            "release": _publish_job("release", "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')", arches),
+            "nightly": _publish_job(pipe, "nightly", "github.event_name == 'push' && github.ref == 'refs/heads/main'", arches),
+            "release": _publish_job(pipe, "release", "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')", arches),
+            "verify": _verify_job(pipe),
         },
     }
+    if pipe.workdir != ".":  # a project in a sub-directory of its repository
+        workflow["defaults"] = {"run": {"working-directory": pipe.workdir}}
+        for job in ("build", "test"):
+            for step in workflow["jobs"][job]["steps"]:
+                if step.get("with", {}).get("path") == "wheelhouse/*.whl":
+                    step["with"]["path"] = f"{pipe.workdir}/wheelhouse/*.whl"
+                elif step.get("with", {}).get("path") == "wheelhouse":
+                    step["with"]["path"] = f"{pipe.workdir}/wheelhouse"
+        for job in ("nightly", "release"):
+            for step in workflow["jobs"][job]["steps"]:
+                if step.get("with", {}).get("path") == "wheelhouse":
+                    step["with"]["path"] = f"{pipe.workdir}/wheelhouse"
+    return workflow
 
 
 def structural_problems(workflow: dict[str, Any]) -> list[str]:
@@ -271,16 +368,17 @@ def _entry(head: str, item: Any, indent: int) -> str:
 
 
 HEADER = """\
-# GENERATED by `cpubuild ci` from isa_matrix.toml and ci/emulation.toml: do not edit.
-# Copy to .github/workflows/release.yml (ci/README.md); `cpubuild ci --check` fails when stale.
-# Needs: vars.CPUBUILD_INDEX (e.g. s3://bucket/wheels), vars.CPUBUILD_AWS_REGION and
-# secrets.CPUBUILD_AWS_ROLE (an IAM role for OIDC); environments `nightly` and `release`.
+# GENERATED by `cpubuild ci` from the project's isa_matrix.toml and cpubuild's hardware data: do not edit.
+# Copy to .github/workflows/release.yml (docs/index.md); `cpubuild ci --check` fails when stale.
+# Needs: vars.CPUBUILD_INDEX (e.g. s3://bucket/wheels), vars.CPUBUILD_INDEX_URL (where that index
+# is served over HTTPS), vars.CPUBUILD_AWS_REGION and secrets.CPUBUILD_AWS_ROLE (an IAM role for
+# OIDC); environments `nightly` and `release`.
 """
 
 
-def render_all(matrix: Matrix, ci_dir: Path) -> dict[str, str]:
+def render_all(matrix: Matrix, ci_dir: Path, pipe: Pipeline) -> dict[str, str]:
     cases = load_cases(ci_dir / EMULATION, matrix)
-    workflow = release_workflow(matrix, cases)
+    workflow = release_workflow(matrix, cases, pipe)
     problems = structural_problems(workflow)
     if problems:
         raise CpubuildError("the rendered workflow is inconsistent", detail="\n".join(problems))
@@ -299,29 +397,22 @@ def lint(paths: list[Path]) -> None:
         raise CpubuildError("actionlint found problems in the rendered workflow", detail=proc.stdout + proc.stderr)
 
 
-def project_root(start: Path) -> Path:
-    """The checkout holding isa_matrix.toml at or above `start` (an installed
-    cpubuild does not live in it), else the one cpubuild was loaded from."""
-    for directory in (start, *start.parents):
-        if (directory / "isa_matrix.toml").is_file():
-            return directory
-    return REPO
-
-
 @click.command("ci")
 @click.option("--check", is_flag=True, help="Fail (exit 1) when ci/ differs from what the matrix renders.")
 @click.option("--lint", "run_lint", is_flag=True, help="Also run actionlint on the rendered workflow.")
 @click.option("--dir", "ci_dir", type=click.Path(path_type=Path, file_okay=False), default=None, help="Default: <project>/ci.")
-@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Default: <project>/isa_matrix.toml.")
-def command(check: bool, run_lint: bool, ci_dir: Path | None, matrix_path: Path | None) -> None:
-    """Render the release pipeline from the ISA matrix into ci/."""
-    root = project_root(Path.cwd().resolve())
-    ci_dir = ci_dir or root / "ci"
+@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Default: the project's matrix.")
+@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Project directory (default: the nearest one above the working directory).")
+def command(check: bool, run_lint: bool, ci_dir: Path | None, matrix_path: Path | None, project_dir: Path | None) -> None:
+    """Render the project's release pipeline from its ISA matrix into ci/."""
+    project = find_project(project_dir)
+    ci_dir = ci_dir or project.root / "ci"
     try:
-        matrix = load_matrix(matrix_path or root / "isa_matrix.toml")
+        matrix = load_matrix(matrix_path) if matrix_path else project.load_matrix()
     except MatrixError as exc:
         raise MatrixFileError(str(exc)) from None
-    rendered = render_all(matrix, ci_dir)
+    rendered = render_all(matrix, ci_dir, pipeline_of(project))
     if check:
         stale = []
         for name, text in rendered.items():

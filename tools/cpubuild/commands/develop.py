@@ -1,11 +1,13 @@
 """`cpubuild develop --precompiled [--index URL] [--commit SHA]`
 
-An editable install of python/ for contributors who only touch Python: the
-compiled variant libraries (and the manifest the dispatcher reads) come out of
-the wheel published for the merge-base commit, or the newest nightly, and are
-placed next to the sources in python/cpukern/ (git-ignored). The editable
-install itself is a tiny wheel holding a .pth file that puts python/ on
-sys.path, installed with pip or uv: nothing runs CMake, nothing compiles.
+An editable install of a project's Python package for contributors who only
+touch Python: the build products (variant libraries, probe, manifest and the
+runtime cpubuild copies in: everything the wheel's package holds that the
+source package does not) come out of the wheel published for the merge-base
+commit, or the newest nightly, and are placed next to the sources (git-ignore
+them). The editable install itself is a tiny wheel holding a .pth file that
+puts the package's parent directory on sys.path, installed with pip or uv:
+nothing runs CMake, nothing compiles.
 """
 
 from __future__ import annotations
@@ -30,12 +32,11 @@ from ..errors import CpubuildError, ToolMissingError, UsageError
 from ..index.client import RemoteFile, as_url, fetch, project_files
 from ..index.names import NIGHTLY, IndexInputError, check_variant, parse_wheel_name, resolve_commit
 from ..index.wheelfile import read_wheel_bytes, sha256_hex, write_wheel
+from ..project import Project, find_project
 
-PROJECT = "cpukern"
 INDEX_ENV = "CPUBUILD_INDEX_URL"
 BASE_REFS = ("origin/main", "main")
-# wheel members that are build products, never sources
-BINARY_MEMBER = re.compile(r"^cpukern/(?:_manifest\.json|[A-Za-z0-9_.-]+\.(?:so|dylib)(?:\.[0-9.]+)?)$|^cpukern\.libs/[A-Za-z0-9_.+-]+$")
+LIBRARY = re.compile(r"\.(?:so|dylib)(?:\.[0-9.]+)?$")
 
 
 class PrecompiledNotFoundError(CpubuildError):
@@ -56,12 +57,28 @@ def _git(repo: Path, *args: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def find_repo(start: Path) -> Path:
-    top = _git(start, "rev-parse", "--show-toplevel")
-    repo = Path(top) if top else start
-    if not (repo / "python" / PROJECT / "__init__.py").is_file():
-        raise UsageError(f"{repo} is not a cpukern checkout (no python/{PROJECT}/__init__.py); run inside the repository or pass --repo")
-    return repo.resolve()
+@dataclass(frozen=True, kw_only=True)
+class Checkout:
+    """Where the project's package sources are."""
+
+    root: Path  # the project
+    name: str  # distribution name, normalised as index pages spell it
+    package: str
+    source: Path  # the package's source directory (holds __init__.py)
+
+    @property
+    def import_root(self) -> Path:
+        """The directory the .pth file puts on sys.path."""
+        return self.source.parent
+
+
+def find_checkout(project: Project) -> Checkout:
+    source = project.source_dir
+    if source is None:
+        raise UsageError(f"{project.root}: no source directory of package {project.config.package!r} "
+                         "(set [tool.cpubuild] source = \"path/to/package\")")
+    return Checkout(root=project.root, name=re.sub(r"[-_.]+", "-", project.config.dist_name).lower(),
+                    package=project.config.package, source=source.resolve())
 
 
 def candidates(repo: Path, commit: str | None) -> list[Candidate]:
@@ -80,10 +97,13 @@ def candidates(repo: Path, commit: str | None) -> list[Candidate]:
 
 def target_tags(python: str) -> list[tags.Tag]:
     """Tags the target interpreter installs, best first (same host, its version)."""
-    out = subprocess.run(
-        [python, "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    except OSError as exc:
+        raise UsageError(f"--python {python}: cannot run it ({exc.strerror or exc})") from None
     if out.returncode != 0:
         raise UsageError(f"--python {python} does not run: {out.stderr.strip()[-300:]}")
     version = tuple(int(x) for x in out.stdout.split())
@@ -91,7 +111,7 @@ def target_tags(python: str) -> list[tags.Tag]:
     return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
 
 
-def choose_wheel(files: list[RemoteFile], supported: list[tags.Tag]) -> RemoteFile | None:
+def choose_wheel(files: list[RemoteFile], supported: list[tags.Tag], project: str) -> RemoteFile | None:
     """The best wheel for this host: installable tags, the all-variant build
     (local label ending in 'cpu') before subsets, then the newest version,
     then the most specific tag."""
@@ -102,7 +122,7 @@ def choose_wheel(files: list[RemoteFile], supported: list[tags.Tag]) -> RemoteFi
             name = parse_wheel_name(f.filename)
         except IndexInputError:
             continue
-        if name.project != PROJECT:
+        if name.project != project:
             continue
         fits = [rank[t] for t in name.tags if t in rank]
         if not fits:
@@ -115,47 +135,52 @@ def choose_wheel(files: list[RemoteFile], supported: list[tags.Tag]) -> RemoteFi
     return best[1] if best else None
 
 
-def project_version(repo: Path) -> str:
-    text = (repo / "python" / PROJECT / "_version.py").read_text(encoding="utf-8")
-    match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", text)
-    if not match:
-        raise UsageError(f"python/{PROJECT}/_version.py has no __version__")
-    return match.group(1)
+def built_members(names: list[str], package: str, source: Path) -> list[str]:
+    """Wheel members that are build products: under the package, absent from its sources
+    (variant libraries, probe, manifest, the copied runtime), plus auditwheel's <package>.libs/."""
+    out = []
+    for name in names:
+        if name.endswith("/"):
+            continue
+        if name.startswith(f"{package}.libs/") or (name.startswith(f"{package}/") and not (source / name[len(package) + 1:]).is_file()):
+            out.append(name)
+        elif name.startswith(f"{package}/") and (name.endswith("/_manifest.json") or "/_cpubuild/" in name):
+            out.append(name)  # from an earlier precompiled install: refreshed
+    return out
 
 
-def extract_binaries(wheel_bytes: bytes, repo: Path) -> list[str]:
-    """Puts the wheel's libraries and manifest into python/ (atomically, file
-    by file) and removes variant libraries left from an earlier wheel."""
-    python_dir = repo / "python"
+def extract_binaries(wheel_bytes: bytes, checkout: Checkout) -> list[str]:
+    """Puts the wheel's build products next to the sources (atomically, file by
+    file) and removes variant libraries left from an earlier wheel."""
     with zipfile.ZipFile(io.BytesIO(wheel_bytes)) as archive:
-        members = [m for m in archive.namelist() if BINARY_MEMBER.match(m)]
-        if f"{PROJECT}/_manifest.json" not in members:
-            raise PrecompiledNotFoundError("the published wheel holds no cpukern/_manifest.json: not a compiled cpukern wheel")
+        members = built_members(archive.namelist(), checkout.package, checkout.source)
+        if f"{checkout.package}/_manifest.json" not in members:
+            raise PrecompiledNotFoundError(f"the published wheel holds no {checkout.package}/_manifest.json: not a wheel built by cpubuild")
         for member in members:
-            target = python_dir / member
+            target = checkout.import_root / member
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
             tmp.write_bytes(archive.read(member))
-            os.chmod(tmp, 0o755 if ".so" in target.name or ".dylib" in target.name else 0o644)
+            os.chmod(tmp, 0o755 if LIBRARY.search(target.name) else 0o644)
             os.replace(tmp, target)  # a running interpreter keeps its mapped copy
-    keep = {python_dir / m for m in members}
-    for stale in (python_dir / PROJECT).glob("_cpukern_*"):
-        if stale not in keep and re.search(r"\.(so|dylib)$", stale.name):
+    keep = {checkout.import_root / m for m in members}
+    for stale in checkout.source.iterdir():
+        if stale not in keep and LIBRARY.search(stale.name) and stale.is_file():
             stale.unlink()
     return sorted(members)
 
 
-def install_editable(python: str, repo: Path, record: dict[str, str]) -> None:
-    version = project_version(repo)
+def install_editable(python: str, checkout: Checkout, version: str, record: dict[str, str]) -> None:
+    dist = re.sub(r"[-_.]+", "_", checkout.name)
     with tempfile.TemporaryDirectory(prefix="cpubuild-develop-") as tmp:
-        dist_info = f"{PROJECT}-{version}.dist-info"
+        dist_info = f"{dist}-{version}.dist-info"
         wheel = write_wheel(
             Path(tmp),
-            name=PROJECT,
+            name=dist,
             version=version,
             requires_python=None,
             files={
-                f"_{PROJECT}_editable.pth": f"{repo / 'python'}\n".encode(),
+                f"_{dist}_editable.pth": f"{checkout.import_root}\n".encode(),
                 f"{dist_info}/cpubuild_precompiled.json": (json.dumps(record, indent=1) + "\n").encode(),
             },
         )
@@ -171,15 +196,15 @@ def install_editable(python: str, repo: Path, record: dict[str, str]) -> None:
             raise ToolMissingError(f"installing the editable wheel failed: {' '.join(cmd)}", detail=(proc.stdout + proc.stderr)[-3000:])
 
 
-def check_import(python: str, repo: Path) -> str:
+def check_import(python: str, checkout: Checkout) -> str:
+    package = checkout.package
     proc = subprocess.run(
-        [python, "-c", f"import {PROJECT}; print({PROJECT}.__file__)"], capture_output=True, text=True, timeout=120, check=False
+        [python, "-c", f"import {package}; print({package}.__file__)"], capture_output=True, text=True, timeout=120, check=False
     )
-    expected = repo / "python" / PROJECT
-    if proc.returncode != 0 or Path(proc.stdout.strip()).parent.resolve() != expected:
+    if proc.returncode != 0 or Path(proc.stdout.strip()).parent.resolve() != checkout.source:
         raise CpubuildError(
-            f"{python} imports {PROJECT} from {proc.stdout.strip() or 'nowhere'}, not {expected}",
-            detail=(proc.stderr[-2000:] or "another cpukern installed earlier on sys.path shadows the editable one; uninstall it"),
+            f"{python} imports {package} from {proc.stdout.strip() or 'nowhere'}, not {checkout.source}",
+            detail=(proc.stderr[-2000:] or f"another {package} installed earlier on sys.path shadows the editable one; uninstall it"),
         )
     return proc.stdout.strip()
 
@@ -190,28 +215,31 @@ def check_import(python: str, repo: Path) -> str:
 @click.option("--commit", metavar="SHA", help="Use this commit's wheel (default: the merge-base with main, then nightly).")
 @click.option("--variant", default="cpu", show_default=True, help="Index tree name (cpu, ...).")
 @click.option("--python", "python", default=sys.executable, show_default="this interpreter", help="Interpreter to install into.")
-@click.option("--repo", type=click.Path(path_type=Path, file_okay=False, exists=True), help="The checkout (default: the current one).")
-def command(precompiled: bool, index_url: str | None, commit: str | None, variant: str, python: str, repo: Path | None) -> None:
-    """Editable install of python/ with precompiled variant libraries."""
+@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Project directory (default: the nearest one above the working directory).")
+def command(precompiled: bool, index_url: str | None, commit: str | None, variant: str, python: str, project_dir: Path | None) -> None:
+    """Editable install of the project's package with precompiled variant libraries."""
     if not precompiled:
         raise UsageError("only --precompiled is supported here; for a full editable build run: pip install --no-build-isolation -e .")
     if not index_url:
         raise UsageError(f"no index: pass --index URL (or set {INDEX_ENV}), e.g. the root `cpubuild publish --to` wrote")
     check_variant(variant)
-    checkout = find_repo(repo or Path.cwd())
+    project = find_project(project_dir)
+    checkout = find_checkout(project)
+    version = project.source_version().public
     supported = target_tags(python)
     root = as_url(index_url)
     tried = []
-    for cand in candidates(checkout, commit):
+    for cand in candidates(checkout.root, commit):
         tree_url = f"{root}{cand.tree}/{variant}/"
-        files = project_files(tree_url, PROJECT)
-        chosen = choose_wheel(files or [], supported)
-        tried.append(f"  {tree_url}{PROJECT}/ ({cand.why}): " + ("no page" if files is None else "no wheel for this host" if chosen is None else "ok"))
+        files = project_files(tree_url, checkout.name)
+        chosen = choose_wheel(files or [], supported, checkout.name)
+        tried.append(f"  {tree_url}{checkout.name}/ ({cand.why}): " + ("no page" if files is None else "no wheel for this host" if chosen is None else "ok"))
         if chosen is not None:
             break
     else:
         raise PrecompiledNotFoundError(
-            f"no published {PROJECT} wheel for this checkout and host; build it instead: pip install --no-build-isolation -e .",
+            f"no published {checkout.name} wheel for this checkout and host; build it instead: pip install --no-build-isolation -e .",
             detail="tried:\n" + "\n".join(tried),
         )
     got = fetch(chosen.url)
@@ -223,11 +251,11 @@ def command(precompiled: bool, index_url: str | None, commit: str | None, varian
     read_wheel_bytes(chosen.filename, data)  # a real wheel, before any file is touched
     members = extract_binaries(data, checkout)
     record = {"index": root, "tree": cand.tree, "variant": variant, "wheel": chosen.filename, "url": chosen.url, "sha256": sha256_hex(data)}
-    install_editable(python, checkout, record)
+    install_editable(python, checkout, version, record)
     where = check_import(python, checkout)
-    manifest = json.loads((checkout / "python" / PROJECT / "_manifest.json").read_text())
+    manifest = json.loads((checkout.source / "_manifest.json").read_text())
     click.echo(f"{cand.why}: {cand.tree}")
     click.echo(f"wheel:    {chosen.filename}")
-    click.echo(f"libs:     {', '.join(m.split('/')[-1] for m in members if not m.endswith('.json'))}")
+    click.echo(f"libs:     {', '.join(m.split('/')[-1] for m in members if LIBRARY.search(m))}")
     click.echo(f"variants: {', '.join(v['name'] for v in manifest.get('variants', []))}")
     click.echo(f"editable: {python} imports {where}")

@@ -1,17 +1,20 @@
-"""`cpubuild image`: per-ISA, multi-arch container images from docker/Dockerfile.
+"""`cpubuild image`: per-ISA, multi-arch container images of a project.
 
-One image per platform (and ISA set with --each-variant). The host's own
-platform compiles the wheel in the image's build stage; foreign platforms get
-a wheel cross-compiled on the host (`cpubuild wheel --arch`) or given with
---wheel, so only image assembly and the smoke test run under QEMU. Bases are
-local images only (`cpubuild base-image` makes them; nothing is pulled).
+The Dockerfile is the project's docker/Dockerfile when it keeps one, else
+cpubuild's template rendered for the project (docker/dockerfile.py). One
+image per platform (and ISA set with --each-variant). The host's own platform
+compiles the wheel in the image's build stage (with the very cpubuild that
+runs here, whose wheel goes into the context); foreign platforms get a wheel
+cross-compiled on the host (`cpubuild wheel --arch`) or given with --wheel,
+so only image assembly and the smoke test run under QEMU. Bases are local
+images only (`cpubuild base-image` makes them; nothing is pulled).
 `--bake FILE` writes a buildx bake file for the same matrix instead.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,14 +26,72 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..docker import bake, isa_args, plan
+from ..docker import bake, dockerfile, isa_args, plan
 from ..docker.platforms import host_arch, parse_platforms, split_list, wheel_arch
-from ..errors import DockerError, MatrixFileError, UsageError
-from ..matrix import Arch, Matrix, MatrixError, load_matrix
+from ..errors import DockerError, UsageError
+from ..hardware import hardware
+from ..matrix import Arch, Matrix
+from ..project import Project, find_project
 
-REPO = Path(__file__).resolve().parents[3]
-DOCKERFILE = REPO / "docker" / "Dockerfile"
-LOG_DIR = REPO / "build" / "images"
+
+@dataclass(frozen=True, kw_only=True)
+class ImageProject:
+    """The project an image is built from, and the Dockerfile it is built with."""
+
+    project: Project
+    matrix: Matrix
+    dockerfile_path: str  # inside the build context
+    dockerfile_text: str
+    rendered: bool  # True: cpubuild's template (goes into .cpubuild/); False: the project's own
+
+    @property
+    def log_dir(self) -> Path:
+        return self.project.root / "build" / "images"
+
+    @property
+    def package(self) -> str:
+        return self.project.config.package
+
+
+def load_image_project(project_dir: Path | None) -> ImageProject:
+    project = find_project(project_dir)
+    matrix = project.load_matrix()
+    own = project.root / dockerfile.PROJECT_DOCKERFILE
+    if own.is_file():
+        text = own.read_text(encoding="utf-8")
+        try:
+            in_sync = isa_args.check_block(text, matrix)
+        except isa_args.IsaArgsError as exc:
+            raise DockerError(f"{own}: {exc}") from None
+        if not in_sync:
+            raise DockerError(
+                f"{own}: its {isa_args.ARG_PREFIX}* build args are out of date with {matrix.path}",
+                detail="fix: cpubuild image --sync-dockerfile",
+            )
+        return ImageProject(project=project, matrix=matrix, dockerfile_path=dockerfile.PROJECT_DOCKERFILE,
+                            dockerfile_text=text, rendered=False)
+    text = dockerfile.render(project.config, matrix)
+    return ImageProject(project=project, matrix=matrix, dockerfile_path=dockerfile.GENERATED_DOCKERFILE,
+                        dockerfile_text=text, rendered=True)
+
+
+def sync_dockerfile_of(project: Project, console: Console) -> None:
+    """--sync-dockerfile: refresh the isa-args block of docker/Dockerfile, or write the rendered template there."""
+    matrix = project.load_matrix()
+    path = project.root / dockerfile.PROJECT_DOCKERFILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dockerfile.render(project.config, matrix), encoding="utf-8")
+        console.print(f"wrote {path} (cpubuild's template for {project.config.dist_name}; adapt it freely outside the isa-args block)")
+        return
+    text = path.read_text(encoding="utf-8")
+    try:
+        synced = isa_args.sync_block(text, matrix)
+    except isa_args.IsaArgsError as exc:
+        raise DockerError(f"{path}: {exc}") from None
+    if synced != text:
+        path.write_text(synced, encoding="utf-8")
+    console.print(f"{path}: {isa_args.ARG_PREFIX}* args {'updated' if synced != text else 'already in sync'}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,31 +125,12 @@ class Built:
         }
 
 
-def _load_matrix() -> Matrix:
-    try:
-        return load_matrix()
-    except MatrixError as exc:
-        raise MatrixFileError(str(exc)) from None
-
-
-def _check_dockerfile(matrix: Matrix) -> None:
-    try:
-        in_sync = isa_args.check_block(DOCKERFILE.read_text(encoding="utf-8"), matrix)
-    except (OSError, isa_args.IsaArgsError) as exc:
-        raise DockerError(f"{DOCKERFILE}: {exc}") from None
-    if not in_sync:
-        raise DockerError(
-            f"{DOCKERFILE.relative_to(REPO)}: its CPUKERN_CPU_* build args are out of date with isa_matrix.toml",
-            detail="fix: cpubuild image --sync-dockerfile",
-        )
-
-
 def _wheels_by_arch(matrix: Matrix, wheels: tuple[Path, ...]) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for wheel in wheels:
         if not wheel.is_file():
             raise UsageError(f"--wheel {wheel}: no such file")
-        arch = wheel_arch(matrix, wheel)
+        arch = wheel_arch(matrix.arches, wheel)
         if arch.name in out:
             raise UsageError(f"two wheels for {arch.docker_platform}: {out[arch.name].name} and {wheel.name}")
         out[arch.name] = wheel.resolve()
@@ -120,15 +162,16 @@ def make_specs(
     wheels: tuple[Path, ...],
     each_variant: bool,
     default_base: Any,
+    repository: str,
 ) -> list[plan.ImageSpec]:
     """The images to build (validates every input before anything runs)."""
     by_arch = _wheels_by_arch(matrix, wheels)
     if split_list(platforms):
-        arches = parse_platforms(matrix, platforms)
+        arches = parse_platforms(matrix.arches, platforms)
     elif by_arch:
         arches = [matrix.arches[name] for name in by_arch]
     else:
-        arches = [host_arch(matrix)]
+        arches = [host_arch(matrix.arches)]
     for name, given in by_arch.items():
         if matrix.arches[name] not in arches:
             raise UsageError(f"--wheel {given.name} is for {matrix.arches[name].docker_platform}, which --platform leaves out")
@@ -148,7 +191,7 @@ def make_specs(
                     arch=arch,
                     isas=isas,
                     target=target,
-                    tag=plan.image_tag(tag, target=target, arch=arch, isas=isas, several=sets_total > 1),
+                    tag=plan.image_tag(tag, repository=repository, target=target, arch=arch, isas=isas, several=sets_total > 1),
                     base=base or default_base(arch),
                     wheel=wheel,
                 )
@@ -159,25 +202,25 @@ def make_specs(
     return specs
 
 
-def _version_args() -> dict[str, str]:
+def _version_args(project: Project) -> dict[str, str]:
     """CPUBUILD_VERSION / SOURCE_DATE_EPOCH from git on the host (the context has no .git)."""
     try:
-        from ..wheelbuild.version import source_version
-
-        version = source_version(REPO, REPO / "python" / "cpukern" / "_version.py", os.environ)
-    except (ImportError, UsageError):
+        version = project.source_version()
+    except UsageError:
         return {}
     return {"CPUBUILD_VERSION": version.text, "SOURCE_DATE_EPOCH": str(version.source_date_epoch)}
 
 
-def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console, verbosity: int) -> Path:
+def _cross_wheel(root: Path, spec: plan.ImageSpec, out: Path, console: Console, verbosity: int) -> Path:
     """Cross-compiles the wheel of a foreign platform on the host with `cpubuild wheel --arch`."""
     isa = "all" if spec.isas is None else ",".join(spec.isas)
     cmd = [
         sys.executable,
-        "-c",
-        "import sys; from cpubuild.cli import main; sys.exit(main())",
+        "-m",
+        "cpubuild",
         "wheel",
+        "--project",
+        str(root),
         "--arch",
         spec.arch.name,
         "--isa",
@@ -185,13 +228,12 @@ def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console, verbosity: i
         "--out",
         str(out),
     ]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "tools"), os.environ.get("PYTHONPATH")])))
     console.print(f"cross-compiling the {spec.arch.name} wheel on the host: cpubuild wheel --arch {spec.arch.name} --isa {isa}")
     if verbosity >= 1:  # its own live log, on stderr (stdout may carry --json)
-        proc = subprocess.run([*cmd, "-v"], stdout=sys.stderr, text=True, env=env, cwd=REPO)
+        proc = subprocess.run([*cmd, "-v"], stdout=sys.stderr, text=True, cwd=root)
         output = "(its log is above)"
     else:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
         output = (proc.stdout + proc.stderr)[-3000:]
     wheels = sorted(out.glob("*.whl"))
     if proc.returncode != 0 or len(wheels) != 1:
@@ -202,9 +244,9 @@ def _cross_wheel(spec: plan.ImageSpec, out: Path, console: Console, verbosity: i
     return wheels[0]
 
 
-def _smoke(engine: Any, spec: plan.ImageSpec) -> str:
-    """`python3 -m cpukern --json` in the image: the variant its CPU selects."""
-    result = engine.run(spec.tag, ["python3", "-m", "cpukern", "--json"], platform=spec.platform)
+def _smoke(engine: Any, spec: plan.ImageSpec, package: str) -> str:
+    """`python3 -m <package> --json` in the image: the variant its CPU selects."""
+    result = engine.run(spec.tag, ["python3", "-m", package, "--json"], platform=spec.platform)
     try:
         report = json.loads(result.stdout)
         selected = report.get("selected")
@@ -212,33 +254,37 @@ def _smoke(engine: Any, spec: plan.ImageSpec) -> str:
         selected = None
     if result.exit_code != 0 or not selected:
         raise DockerError(
-            f"smoke test of {spec.tag} ({spec.platform}) failed: python3 -m cpukern exited {result.exit_code}",
+            f"smoke test of {spec.tag} ({spec.platform}) failed: python3 -m {package} exited {result.exit_code}",
             detail=(result.stdout + result.stderr)[-3000:],
         )
     return str(selected)
 
 
-def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str, Any], console: Console, verbosity: int) -> Built:
+def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dict[str, Any], console: Console,
+               verbosity: int) -> Built:
     from ..docker.base import base_tag, ensure_base_image, is_current
-    from ..docker.context import build_context
+    from ..docker.context import build_context, generated_files
     from ..docker.progress import ConsoleProgress
     from ..emulate.rootfs import check_can_run
+    from ..selfwheel import self_wheel
 
+    matrix = image.matrix
+    facts = hardware().arches[spec.arch.name]
     check_can_run(spec.arch.qemu)
     progress = ConsoleProgress(console, verbosity=verbosity, prefix=f"{spec.arch.debian_arch} ")
     base_built = False
-    if spec.base == base_tag(spec.arch):
-        if not is_current(engine, spec.arch):
+    if spec.base == base_tag(facts):
+        if not is_current(engine, facts):
             console.print(f"base image {spec.base} is missing or stale: building it from debootstrap (cached afterwards)")
             with progress.live(f"base image {spec.base}"):
-                ensure_base_image(engine, spec.arch, listener=progress, log=console.print, log_file=LOG_DIR / "base.log")
+                ensure_base_image(engine, facts, listener=progress, log=console.print, log_file=image.log_dir / "base.log")
             base_built = True
     else:
         platform = engine.image_platform(spec.base)
         if platform is None:
             raise UsageError(
                 f"--base {spec.base} is not a local image; cpubuild never pulls",
-                detail=f"fix: leave --base out (cpubuild makes {base_tag(spec.arch)} from debootstrap), or load/pull {spec.base} yourself",
+                detail=f"fix: leave --base out (cpubuild makes {base_tag(facts)} from debootstrap), or load/pull {spec.base} yourself",
             )
         if platform != spec.platform:
             raise UsageError(f"--base {spec.base} is {platform}, not {spec.platform}")
@@ -246,11 +292,15 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
     with tempfile.TemporaryDirectory(prefix="cpubuild-image-") as tmp:
         wheel = spec.wheel
         wheel_source = "given" if wheel is not None else "build stage"
-        if wheel is None and spec.arch != host_arch(matrix):
+        if wheel is None and spec.arch != host_arch(matrix.arches):
             wheel_source = "cross-compiled"
-            wheel = _cross_wheel(spec, Path(tmp), console, verbosity)
+            wheel = _cross_wheel(image.project.root, spec, Path(tmp), console, verbosity)
             spec = plan.ImageSpec(arch=spec.arch, isas=spec.isas, target=spec.target, tag=spec.tag, base=spec.base, wheel=wheel)
-        context = build_context(REPO, wheel=wheel, ca_certificates=opts["ca_certificates"])
+        generated = generated_files(
+            dockerfile=image.dockerfile_text if image.rendered else None, wheel=wheel,
+            ca_certificates=opts["ca_certificates"], tool_wheel=None if wheel else self_wheel().wheel,
+        )
+        context = build_context(image.project.root, generated)
         args = spec.build_args(matrix)
         args.update(opts["version_args"])
         mode = f"wheel {wheel.name}" if wheel else "compiling in the build stage"
@@ -259,20 +309,21 @@ def _build_one(engine: Any, matrix: Matrix, spec: plan.ImageSpec, opts: dict[str
         with context.file, progress.live(f"{spec.tag}"):
             result = engine.build(
                 context=context.file,
-                dockerfile="docker/Dockerfile",
+                dockerfile=image.dockerfile_path,
                 tag=spec.tag,
                 platform=spec.platform,
                 target=spec.target,
                 buildargs=args,
-                labels={"io.cpukern.isa": spec.label, "io.cpukern.platform": spec.platform},
+                labels={"io.cpubuild.isa": spec.label, "io.cpubuild.platform": spec.platform,
+                        "io.cpubuild.package": image.package},
                 listener=progress,
-                log_file=LOG_DIR / f"{safe}.log",
+                log_file=image.log_dir / f"{safe}.log",
                 nocache=opts["no_cache"],
             )
         if opts["output"] is not None:
             _copy_wheels(engine, spec, Path(opts["output"]), console)
     seconds = time.monotonic() - start
-    selected = _smoke(engine, spec) if spec.target != "build" and opts["smoke"] else None
+    selected = _smoke(engine, spec, image.package) if spec.target != "build" and opts["smoke"] else None
     return Built(
         spec=spec,
         seconds=seconds,
@@ -293,18 +344,27 @@ def _copy_wheels(engine: Any, spec: plan.ImageSpec, out: Path, console: Console)
         console.print(f"wheel: {path}")
 
 
-def _write_bake(matrix: Matrix, specs: list[plan.ImageSpec], path: Path, console: Console) -> dict[str, Any]:
-    document = bake.bake_document(matrix, specs)
-    problems = bake.validate(document, DOCKERFILE.read_text(encoding="utf-8"))
+def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, console: Console) -> dict[str, Any]:
+    """The bake file, plus the `.cpubuild/` folder its targets read in the project directory (the bake context)."""
+    from ..docker.context import GENERATED, generated_files
+    from ..selfwheel import self_wheel
+
+    document = bake.bake_document(image.matrix, specs, dockerfile=image.dockerfile_path)
+    problems = bake.validate(document, image.dockerfile_text)
     if problems:  # a generator bug, not a user mistake
         raise DockerError("the generated bake file is invalid", detail="\n".join(problems))
+    folder = image.project.root / GENERATED
+    shutil.rmtree(folder, ignore_errors=True)
+    files = generated_files(dockerfile=image.dockerfile_text if image.rendered else None, wheel=None,
+                            ca_certificates=[], tool_wheel=self_wheel().wheel)
+    files[str(GENERATED / ".gitignore")] = b"*\n"
     for spec in specs:
         if spec.wheel is not None:  # each target reads its own folder of the shared context
-            folder = REPO / bake.wheel_dir(spec)
-            folder.mkdir(parents=True, exist_ok=True)
-            for old in folder.glob("*.whl"):
-                old.unlink()
-            (folder / spec.wheel.name).write_bytes(spec.wheel.read_bytes())
+            files[f"{bake.wheel_dir(spec)}/{spec.wheel.name}"] = spec.wheel
+    for arcname, content in files.items():
+        target = image.project.root / arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content if isinstance(content, bytes) else content.read_bytes())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -316,16 +376,18 @@ def _write_bake(matrix: Matrix, specs: list[plan.ImageSpec], path: Path, console
 @click.option("--isa", "isa", multiple=True, help="Variants (repeatable or comma-separated); default: all of each platform.")
 @click.option("--platform", "platforms", multiple=True, help="linux/amd64, linux/arm64, linux/s390x (comma-separated or repeated); default: this host's.")
 @click.option("--target", type=click.Choice(plan.TARGETS), default="runtime", show_default=True, help="Dockerfile stage to build.")
-@click.option("--tag", default=None, help="Image tag (with several platforms or ISA sets, -<arch> is appended); default cpukern:<target>-<arch>[-<isa>].")
+@click.option("--tag", default=None, help="Image tag (with several platforms or ISA sets, -<arch> is appended); default <project>:<target>-<arch>[-<isa>].")
 @click.option("--base", default=None, help="A LOCAL base image (Debian bookworm); default cpubuild/debian:bookworm-<arch>, built by debootstrap when missing.")
 @click.option("--wheel", "wheels", multiple=True, type=click.Path(path_type=Path), help="Use this wheel instead of compiling (one per platform; repeatable).")
 @click.option("--each-variant", is_flag=True, help="Also one image per single variant (baseline + it), like per-ISA images.")
 @click.option("--bake", "bake_file", type=click.Path(path_type=Path), default=None, help="Write a buildx bake file (JSON) for this matrix instead of building.")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="With --target build: copy the built wheel into this directory.")
 @click.option("--host-ca/--no-host-ca", default=True, show_default=True, help="Trust the host's local CAs (/usr/local/share/ca-certificates) in the build stage, for TLS-inspecting proxies in front of PyPI.")
-@click.option("--no-smoke", is_flag=True, help="Skip running `python3 -m cpukern --json` in the built image.")
+@click.option("--no-smoke", is_flag=True, help="Skip running `python3 -m <package> --json` in the built image.")
 @click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
-@click.option("--sync-dockerfile", is_flag=True, help="Rewrite docker/Dockerfile's CPUKERN_CPU_* args from isa_matrix.toml and exit.")
+@click.option("--sync-dockerfile", is_flag=True, help="Refresh docker/Dockerfile's CPUBUILD_CPU_* args from the matrix (or write cpubuild's template there) and exit.")
+@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Project directory (default: the nearest one above the working directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @click.option("-q", "--quiet", count=True, help="No progress; print only the built tags (errors still print).")
 @click.option("-v", "--verbose", count=True, help="More output (-v: the whole build log).")
@@ -343,21 +405,18 @@ def command(
     no_smoke: bool,
     no_cache: bool,
     sync_dockerfile: bool,
+    project_dir: Path | None,
     as_json: bool,
     quiet: int,
     verbose: int,
 ) -> None:
-    """Build per-ISA, multi-arch container images (docker/Dockerfile)."""
+    """Build per-ISA, multi-arch container images of the project."""
     console = Console(stderr=True, quiet=bool(quiet))
-    matrix = _load_matrix()
     if sync_dockerfile:
-        text = DOCKERFILE.read_text(encoding="utf-8")
-        synced = isa_args.sync_block(text, matrix)
-        if synced != text:
-            DOCKERFILE.write_text(synced, encoding="utf-8")
-        console.print(f"{DOCKERFILE.relative_to(REPO)}: CPUKERN_CPU_* args {'updated' if synced != text else 'already in sync'}")
+        sync_dockerfile_of(find_project(project_dir), console)
         return
-    _check_dockerfile(matrix)
+    image = load_image_project(project_dir)
+    matrix = image.matrix
     if output is not None and target != "build":
         raise UsageError("--output copies the wheel of the build stage: use it with --target build")
     from ..docker.base import base_tag
@@ -371,10 +430,12 @@ def command(
         base=base,
         wheels=wheels,
         each_variant=each_variant,
-        default_base=base_tag if bake_file is None else (lambda arch: base or "debian:bookworm-slim"),
+        default_base=(lambda arch: base_tag(hardware().arches[arch.name])) if bake_file is None
+        else (lambda arch: base or "debian:bookworm-slim"),
+        repository=image.project.config.wheel_name.replace("_", "-"),
     )
     if bake_file is not None:
-        document = _write_bake(matrix, specs, bake_file, console)
+        document = _write_bake(image, specs, bake_file, console)
         if as_json:
             click.echo(json.dumps(document, indent=2, sort_keys=True))
         else:
@@ -391,10 +452,10 @@ def command(
         "no_cache": no_cache,
         "smoke": not no_smoke,
         "output": output,
-        "version_args": _version_args(),
+        "version_args": _version_args(image.project),
         "ca_certificates": host_ca_certificates() if host_ca else [],
     }
-    built = [_build_one(engine, matrix, spec, opts, console, verbosity) for spec in specs]
+    built = [_build_one(engine, image, spec, opts, console, verbosity) for spec in specs]
     if as_json:
         click.echo(json.dumps({"images": [b.to_json() for b in built]}, indent=2))
         return

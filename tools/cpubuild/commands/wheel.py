@@ -20,7 +20,6 @@ from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_option
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
 from ..wheelbuild.runner import execute
-from ..wheelbuild.version import SourceVersion, source_version, static_source_version
 
 
 def resolve_ccache(choice: str) -> str | None:
@@ -52,7 +51,7 @@ def plan_from_options(
         project=project.root,
         isa=isa,
         platform=platform.name,
-        source=project_source_version(project),
+        source=project.source_version(),
         build_root=options.build_root or project.root / "build" / "cpubuild",
         out_dir=Path.cwd() / options.out,
         frontend=(("uv" if shutil.which("uv") else "build") if options.frontend == "auto" else options.frontend),
@@ -67,15 +66,6 @@ def plan_from_options(
         # An isolated build installs build-system.requires: cpubuild resolves to this one.
         extra_env=self_wheel().pip_env() if isolated else None,
     )
-
-
-def project_source_version(project: Project) -> SourceVersion:
-    """A static [project] version as written, else cpubuild's provider's (git, CPUBUILD_VERSION)."""
-    if project.config.static_version is not None:
-        return static_source_version(project.config.static_version, project.root, os.environ)
-    base = project.base_version_file
-    assert base is not None
-    return source_version(project.root, base, os.environ)
 
 
 @click.command(name="wheel")

@@ -1,5 +1,6 @@
-"""Container images for cpukern: Dockerfile args from the matrix, builds through the
-Docker engine, local Debian bases from debootstrap, and buildx bake files.
+"""Container images for any project: a Dockerfile rendered from cpubuild's template
+(args from the project's matrix), builds through the Docker engine, local Debian
+bases from debootstrap, and buildx bake files.
 
-Modules import the docker SDK lazily: isa_args, install and requirements run
-inside a bare build container with the standard library only."""
+Modules import the docker SDK lazily: isa_args and requirements run inside a
+build container, next to a freshly installed cpubuild."""

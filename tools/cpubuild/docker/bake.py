@@ -2,7 +2,7 @@
 
 One target per (platform, ISA set) and image stage, plus a `wheel-*` target
 per pair that exports the built wheel with `--output type=local` (group
-`wheels`). `validate` checks a bake document against docker/Dockerfile (the
+`wheels`). `validate` checks a bake document against the Dockerfile (the
 targets exist as stages, every arg is declared); buildx itself is not
 installable on the build hosts, so this is what keeps generated files honest.
 """
@@ -22,7 +22,6 @@ TARGET_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
 # Target attributes of the bake JSON format this generator uses.
 TARGET_KEYS = frozenset({"context", "dockerfile", "target", "platforms", "args", "tags", "labels", "output", "pull"})
-DOCKERFILE_PATH = "docker/Dockerfile"
 
 
 def target_name(spec: ImageSpec, stage: str | None = None) -> str:
@@ -35,7 +34,7 @@ def wheel_dir(spec: ImageSpec) -> str:
     return f"{WHEEL_DIR}/{target_name(spec)}"
 
 
-def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, context: str = ".") -> dict[str, Any]:
+def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, dockerfile: str, context: str = ".") -> dict[str, Any]:
     targets: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[str]] = {"default": [], "wheels": []}
     for spec in specs:
@@ -43,12 +42,12 @@ def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, context: str = 
         args = spec.build_args(matrix, wheel_dir=wheel_dir(spec)) if spec.wheel else spec.build_args(matrix)
         targets[name] = {
             "context": context,
-            "dockerfile": DOCKERFILE_PATH,
+            "dockerfile": dockerfile,
             "target": spec.target,
             "platforms": [spec.platform],
             "args": args,
             "tags": [spec.tag],
-            "labels": {"io.cpukern.isa": spec.label, "io.cpukern.platform": spec.platform},
+            "labels": {"io.cpubuild.isa": spec.label, "io.cpubuild.platform": spec.platform},
             "pull": False,
         }
         groups["default"].append(name)
@@ -56,7 +55,7 @@ def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, context: str = 
         wheel_name = target_name(spec, "wheel")
         targets[wheel_name] = {
             "context": context,
-            "dockerfile": DOCKERFILE_PATH,
+            "dockerfile": dockerfile,
             "target": "wheel",
             "platforms": [spec.platform],
             "args": args,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..emulate.rootfs import DEFAULT_SUITE, STAMP, Log, RootfsSpec, check_can_run, ensure_rootfs
 from ..errors import BuildFailedError
-from ..matrix import Arch
+from ..hardware import Arch
 from .buildlog import Listener
 from .context import single_file_context
 from .engine import Engine
@@ -29,7 +29,7 @@ REPOSITORY = "cpubuild/debian"
 PACKAGES = ("python3", "libtcmalloc-minimal4")
 FLAVOR = "image"
 LABEL_DIGEST = "io.cpubuild.base.digest"
-DOCKERFILE = Path(__file__).resolve().parents[3] / "docker" / "Dockerfile.base"
+DOCKERFILE = Path(__file__).with_name("Dockerfile.base")
 # Left out of the image: apt's indexes and caches, docs (copyright files are put
 # back), man pages, translations, and cpubuild's own bookkeeping in the tree.
 EXCLUDES = (

@@ -1,11 +1,13 @@
-"""The build context `cpubuild image` sends: the source tree plus, optionally, a wheel and CAs.
+"""The build context `cpubuild image` sends: the project's tree plus cpubuild's `.cpubuild/` folder.
 
-The sources are the files git tracks or would track (untracked files not
-ignored count, so work in progress builds too); build outputs, wheelhouses and
-caches stay out. A given wheel goes into docker/wheels/ of the context, the
-directory the Dockerfile's context mode reads, and the host's local CAs into
-docker/ca-certificates/ (the build stage trusts them for pip); whatever the
-tree holds in those two folders never goes in.
+The sources are the files git tracks or would track under the project root
+(untracked files not ignored count, so work in progress builds too); build
+outputs, wheelhouses and caches stay out. `.cpubuild/` is made per build and
+whatever the tree holds there never goes in: the rendered Dockerfile (when
+the project keeps none), cpubuild's own wheel (`tool/`, installed by the build
+stage), a given wheel (`wheel/`, the folder the Dockerfile's context mode
+reads), the host's local CAs (`ca-certificates/`, trusted by the build stage
+for pip), the entrypoint and the unpacking script.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-WHEEL_DIR = PurePosixPath("docker/wheels")
-CA_DIR = PurePosixPath("docker/ca-certificates")
+GENERATED = PurePosixPath(".cpubuild")  # filled per build; what the tree has there stays out
+WHEEL_DIR = GENERATED / "wheel"
+CA_DIR = GENERATED / "ca-certificates"
+TOOL_DIR = GENERATED / "tool"
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
-GENERATED_DIRS = (WHEEL_DIR, CA_DIR)  # filled per build; what the tree has there stays out
+FOLDERS = (WHEEL_DIR, CA_DIR, TOOL_DIR)  # COPY sources: present even when empty
 # Never part of a context, even without git: top-level build trees and wheels,
 # and caches at any depth.
 SKIP_TOP = frozenset({".git", "build", "wheelhouse", "dist"})
@@ -69,7 +73,7 @@ def source_files(repo: Path) -> list[PurePosixPath]:
     for rel in files:
         if _skipped(rel):
             continue
-        if any(d in rel.parents and rel != d / ".gitignore" for d in GENERATED_DIRS):
+        if rel == GENERATED or GENERATED in rel.parents:
             continue  # only what this build puts there
         path = repo / rel
         if path.is_file() or path.is_symlink():  # tracked files may be deleted in the tree
@@ -83,32 +87,57 @@ def host_ca_certificates(folder: Path = HOST_CA_DIR) -> list[Path]:
     return sorted(p for p in folder.glob("*.crt") if p.is_file()) if folder.is_dir() else []
 
 
-def build_context(repo: Path, *, wheel: Path | None = None, ca_certificates: list[Path] | None = None) -> Context:
-    """Writes the context tar to a temporary file (removed when closed)."""
+def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificates: list[Path] | None,
+                    tool_wheel: Path | None, wheel_dir: PurePosixPath = WHEEL_DIR) -> dict[str, Path | bytes]:
+    """The `.cpubuild/` entries of one build (archive path -> file or content)."""
+    from .. import unpack
+
+    here = Path(__file__).parent
+    files: dict[str, Path | bytes] = {str(d / ".keep"): b"" for d in FOLDERS}
+    files[str(GENERATED / "entrypoint.sh")] = here / "entrypoint.sh"
+    files[str(GENERATED / "install.py")] = Path(unpack.__file__)
+    if dockerfile is not None:
+        files[str(GENERATED / "Dockerfile")] = dockerfile.encode("utf-8")
+    if tool_wheel is not None:
+        files[str(TOOL_DIR / tool_wheel.name)] = tool_wheel
+    if wheel is not None:
+        files[str(wheel_dir / wheel.name)] = wheel
+    for cert in ca_certificates or []:
+        files[str(CA_DIR / cert.name)] = cert
+    return files
+
+
+def _add(tar: tarfile.TarFile, arcname: str, content: Path | bytes, *, mode: int | None = None) -> None:
+    if isinstance(content, bytes):
+        info = tarfile.TarInfo(arcname)
+        info.size = len(content)
+        info.mode = mode or 0o644
+        tar.addfile(info, io.BytesIO(content))
+        return
+    info = tar.gettarinfo(str(content), arcname=arcname)
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    if mode is not None:
+        info.mode = mode
+    if info.isfile():
+        with open(content, "rb") as src:
+            tar.addfile(info, src)
+    else:
+        tar.addfile(info)
+
+
+def build_context(project: Path, generated: dict[str, Path | bytes]) -> Context:
+    """Writes the context tar (the project's files + `generated`) to a temporary file (removed when closed)."""
     handle = tempfile.TemporaryFile(prefix="cpubuild-context-")  # noqa: SIM115 - the caller closes it
-    files = source_files(repo)
+    files = source_files(project)
     with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:
-            info = tar.gettarinfo(str(repo / rel), arcname=str(rel))
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            if info.isfile():
-                with open(repo / rel, "rb") as src:
-                    tar.addfile(info, src)
-            else:
-                tar.addfile(info)
-        extra = [(wheel, WHEEL_DIR / wheel.name)] if wheel is not None else []
-        extra += [(cert, CA_DIR / cert.name) for cert in ca_certificates or []]
-        for source, arcname in extra:
-            info = tar.gettarinfo(str(source), arcname=str(arcname))
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            info.mode = 0o644
-            with open(source, "rb") as src:
-                tar.addfile(info, src)
+            _add(tar, str(rel), project / rel)
+        for arcname, content in sorted(generated.items()):
+            _add(tar, arcname, content, mode=0o755 if arcname.endswith(".sh") else 0o644)
     size = handle.tell()
     handle.seek(0)
-    return Context(file=handle, files=len(files) + len(extra), size=size)
+    return Context(file=handle, files=len(files) + len(generated), size=size)
 
 
 def single_file_context(files: dict[str, Path | bytes]) -> Context:
@@ -116,17 +145,7 @@ def single_file_context(files: dict[str, Path | bytes]) -> Context:
     handle = tempfile.TemporaryFile(prefix="cpubuild-context-")  # noqa: SIM115 - the caller closes it
     with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, content in sorted(files.items()):
-            if isinstance(content, bytes):
-                info = tarfile.TarInfo(name)
-                info.size = len(content)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(content))
-            else:
-                info = tar.gettarinfo(str(content), arcname=name)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                with open(content, "rb") as src:
-                    tar.addfile(info, src)
+            _add(tar, name, content)
     size = handle.tell()
     handle.seek(0)
     return Context(file=handle, files=len(files), size=size)

@@ -1,16 +1,27 @@
-"""A small reader of Dockerfile instructions: stages and declared build args.
+"""The project's Dockerfile: rendered from cpubuild's template, and read back.
 
-Enough to check a bake file or a build request against docker/Dockerfile
-(targets that exist, args that are declared) without a BuildKit parser.
+`render` fills cpubuild's template (Dockerfile.in next to this file) for a
+project: its package, selftest and the matrix's isa-args block. A project may
+keep its own copy in docker/Dockerfile (`cpubuild image --sync-dockerfile`
+writes it; cpubuild then keeps only the isa-args block in sync). The reader
+(stages, declared build args) checks a bake file or a build request against
+the Dockerfile without a BuildKit parser.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-DOCKERFILE = Path(__file__).resolve().parents[3] / "docker" / "Dockerfile"
+from ..contract import ProjectConfig
+from ..matrix import Matrix
+from .isa_args import render_block
+
+TEMPLATE = Path(__file__).with_name("Dockerfile.in")
+PROJECT_DOCKERFILE = "docker/Dockerfile"  # a project's own copy, relative to its root
+GENERATED_DOCKERFILE = ".cpubuild/Dockerfile"  # where a rendered one goes in the build context
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 
 
@@ -62,3 +73,18 @@ def declared_args(text: str) -> set[str]:
             for item in ins.arguments.split():
                 names.add(item.split("=", 1)[0])
     return names
+
+
+def render(config: ProjectConfig, matrix: Matrix) -> str:
+    """cpubuild's Dockerfile template for one project."""
+    selftest = f" && python3 -m {shlex.join([config.selftest.target, *config.selftest.args])}" if config.selftest else ""
+    text = TEMPLATE.read_text(encoding="utf-8")
+    for token, value in (
+        ("@ISA_ARGS@", render_block(matrix).rstrip("\n")),
+        ("@DIST@", config.dist_name),
+        ("@PACKAGE@", config.package),
+        ("@USER@", config.package.lower().replace("_", "-")),
+        ("@SELFTEST@", selftest),
+    ):
+        text = text.replace(token, value)
+    return text

@@ -1,26 +1,28 @@
-"""The Dockerfile's per-variant build args, derived from isa_matrix.toml.
+"""The Dockerfile's per-variant build args, derived from the project's isa_matrix.toml.
 
-Seed style: one ``CPUKERN_CPU_<VARIANT>=true|false`` build arg per optional
+Seed style: one ``CPUBUILD_CPU_<VARIANT>=true|false`` build arg per optional
 variant (baselines are in every wheel, so they get none). The ARG lines live in
-a generated block of docker/Dockerfile; `render_block` makes it, `check_block`
+a generated block of the Dockerfile; `render_block` makes it, `check_block`
 tells when the file drifted from the matrix and `sync_block` rewrites it.
 
-Inside the build stage, `python3 -m cpubuild.docker.isa_args` turns the args
-found in the environment back into the ``--isa`` list of ``cpubuild wheel``.
-Standard library only: it runs in a bare build container.
+Inside the build stage, `python -m cpubuild.docker.isa_args --project DIR`
+turns the args found in the environment back into the ``--isa`` list of
+``cpubuild wheel``. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
+from ..contract import ContractError, load_config
+from ..hardware import host_arch
 from ..matrix import Matrix, MatrixError, Variant, load_matrix
 
-ARG_PREFIX = "CPUKERN_CPU_"
+ARG_PREFIX = "CPUBUILD_CPU_"
 BEGIN = "# BEGIN cpubuild isa-args"
 END = "# END cpubuild isa-args"
 TRUE_WORDS = ("true", "1", "yes", "on")
@@ -49,7 +51,7 @@ def optional_variants(matrix: Matrix) -> list[Variant]:
 def render_block(matrix: Matrix) -> str:
     """The generated ARG lines (between and including the markers)."""
     lines = [
-        f"{BEGIN} - generated from isa_matrix.toml by `cpubuild image --sync-dockerfile`; do not edit",
+        f"{BEGIN} - generated from the project's isa_matrix.toml by `cpubuild image --sync-dockerfile`; do not edit",
         "# One arg per optional variant: true = build it, false = leave it out; with none set to",
         "# true, every variant of the platform not set to false is built. The baseline always is.",
     ]
@@ -132,19 +134,15 @@ def isas_from_env(matrix: Matrix, arch: str, env: Mapping[str, str]) -> list[str
     return [matrix.baseline(arch).name, *[v.name for v in mine if v.name in chosen]]
 
 
-def _normalise_machine(machine: str) -> str:
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-
-
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Print the --isa list the CPUKERN_CPU_* build args select.")
-    parser.add_argument("--matrix", default=None, help="isa_matrix.toml (default: the repository's)")
-    parser.add_argument("--arch", default=_normalise_machine(platform.machine()))
+    parser = argparse.ArgumentParser(description="Print the --isa list the CPUBUILD_CPU_* build args select.")
+    parser.add_argument("--project", required=True, help="the project directory (its pyproject.toml names the matrix)")
+    parser.add_argument("--arch", default=host_arch())
     args = parser.parse_args(argv)
     try:
-        matrix = load_matrix(args.matrix) if args.matrix else load_matrix()
+        matrix = load_matrix(load_config(Path(args.project)).matrix)
         isas = isas_from_env(matrix, args.arch, os.environ)
-    except (MatrixError, IsaArgsError) as exc:
+    except (ContractError, MatrixError, IsaArgsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("all" if isas is None else ",".join(isas))

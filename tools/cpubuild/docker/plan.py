@@ -16,7 +16,6 @@ from .context import WHEEL_DIR
 from .platforms import split_list
 
 TARGETS = ("build", "runtime", "test")
-DEFAULT_REPOSITORY = "cpukern"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,9 +37,9 @@ class ImageSpec:
 
     def build_args(self, matrix: Matrix, *, wheel_dir: str = str(WHEEL_DIR)) -> dict[str, str]:
         args = isa_args.build_args(matrix, self.arch.name, self.isas)
-        args["CPUKERN_BASE"] = self.base
-        args["CPUKERN_WHEEL_SOURCE"] = "context" if self.wheel is not None else "compile"
-        args["CPUKERN_WHEEL_DIR"] = wheel_dir
+        args["CPUBUILD_BASE"] = self.base
+        args["CPUBUILD_WHEEL_SOURCE"] = "context" if self.wheel is not None else "compile"
+        args["CPUBUILD_WHEEL_DIR"] = wheel_dir
         return args
 
 
@@ -84,13 +83,15 @@ def resolve_isas(matrix: Matrix, arches: Sequence[Arch], values: Iterable[str]) 
     return out
 
 
-def image_tag(tag: str | None, *, target: str, arch: Arch, isas: Sequence[str] | None, several: bool) -> str:
+def image_tag(tag: str | None, *, repository: str, target: str, arch: Arch, isas: Sequence[str] | None,
+              several: bool) -> str:
     """--tag as given for one platform; with several, `-<debian arch>` is appended
     (a local image store holds one platform per tag). Default:
-    cpukern:<target>-<debian arch>[-<isa label>]."""
+    <repository>:<target>-<debian arch>[-<isa label>], the repository being the
+    project's distribution name."""
     if tag is None:
         suffix = "" if isas is None else f"-{isa_label(isas)}"
-        return f"{DEFAULT_REPOSITORY}:{target}-{arch.debian_arch}{suffix}"
+        return f"{repository}:{target}-{arch.debian_arch}{suffix}"
     if not several:
         return tag
     name, sep, version = tag.rpartition(":")
@@ -106,7 +107,7 @@ def wheel_variants(wheel: Path) -> tuple[str, tuple[str, ...]]:
             names = set(archive.namelist())
             manifest_name = next((n for n in names if PurePosixPath(n).name == "_manifest.json"), None)
             if manifest_name is None:
-                raise UsageError(f"{wheel.name} holds no cpukern manifest (_manifest.json): not a cpukern wheel")
+                raise UsageError(f"{wheel.name} holds no cpubuild manifest (<package>/_manifest.json): not built by cpubuild")
             manifest = json.loads(archive.read(manifest_name))
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
         raise UsageError(f"{wheel} is not a readable wheel: {exc}") from None

@@ -1,15 +1,25 @@
-"""Docker platforms and wheels, mapped to the matrix's arches."""
+"""Docker platforms and wheels, mapped to cpubuild's arches (hardware data)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..errors import UsageError
-from ..matrix import Arch, Matrix
+from ..hardware import host_arch as _host_arch
+
+
+class _Arch(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def docker_platform(self) -> str: ...
+
+
+A = TypeVar("A", bound=_Arch)
 
 
 def split_list(values: Iterable[str]) -> list[str]:
@@ -17,21 +27,21 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
-def host_arch(matrix: Matrix) -> Arch:
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(os.uname().machine, os.uname().machine)
-    if machine not in matrix.arches:
-        raise UsageError(f"this host's arch {machine!r} is not in the matrix (declared: {', '.join(matrix.arches)})")
-    return matrix.arches[machine]
+def host_arch(arches: Mapping[str, A]) -> A:
+    machine = _host_arch()
+    if machine not in arches:
+        raise UsageError(f"this host's arch {machine!r} is not one the project builds ({', '.join(arches)})")
+    return arches[machine]
 
 
-def parse_platforms(matrix: Matrix, values: Iterable[str]) -> list[Arch]:
+def parse_platforms(arches: Mapping[str, A], values: Iterable[str]) -> list[A]:
     """`linux/amd64,linux/arm64` -> arches, in the order given, each once.
     No value: the host's platform."""
     names = split_list(values)
     if not names:
-        return [host_arch(matrix)]
-    by_platform = {a.docker_platform: a for a in matrix.arches.values()}
-    out: list[Arch] = []
+        return [host_arch(arches)]
+    by_platform = {a.docker_platform: a for a in arches.values()}
+    out: list[A] = []
     for name in names:
         arch = by_platform.get(name)
         if arch is None:
@@ -41,13 +51,13 @@ def parse_platforms(matrix: Matrix, values: Iterable[str]) -> list[Arch]:
     return out
 
 
-def wheel_arch(matrix: Matrix, wheel: Path) -> Arch:
+def wheel_arch(arches: Mapping[str, A], wheel: Path) -> A:
     """The arch a wheel's platform tag names (`..._x86_64.whl` -> x86_64)."""
     try:
         _, _, _, tags = parse_wheel_filename(wheel.name)
     except InvalidWheelFilename as exc:
         raise UsageError(f"{wheel}: not a wheel file name ({exc})") from None
-    found = {a for tag in tags for a in matrix.arches.values() if tag.platform.endswith("_" + a.name)}
+    found = {a.name for tag in tags for a in arches.values() if tag.platform.endswith("_" + a.name)}
     if len(found) != 1:
-        raise UsageError(f"{wheel.name}: its platform tag names no single arch of the matrix ({', '.join(matrix.arches)})")
-    return found.pop()
+        raise UsageError(f"{wheel.name}: its platform tag names no single arch of the project ({', '.join(arches)})")
+    return arches[found.pop()]

@@ -1,14 +1,14 @@
-"""Print what `cpubuild wheel` needs from PyPI, one requirement a line.
+"""Print what building a project's wheel needs from PyPI besides cpubuild, one
+requirement a line: its build-system.requires without cpubuild itself (the
+image's build stage installs that from the wheel of the cpubuild that runs
+`cpubuild image`), so the Dockerfile never repeats a list.
 
-Read from the two pyproject files (the package's build-system requirements
-and cpubuild's own dependencies, plus a `wheel` extra if it declares one), so the build stage of
-docker/Dockerfile never repeats a list. The build stage copies this single
-file before the sources (a layer that changes only when the requirements do)
-and runs it as a script: standard library only, no package imports.
+    python -m cpubuild.docker.requirements PROJECT_DIR
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -19,14 +19,12 @@ else:  # pragma: no cover - Python 3.10 only
 
 
 def requirements(root: Path) -> list[str]:
-    package = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    tools = tomllib.loads((root / "tools" / "pyproject.toml").read_text(encoding="utf-8"))
-    project = tools.get("project", {})
-    extra = project.get("optional-dependencies", {}).get("wheel", [])
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     out: list[str] = []
-    for req in [*package.get("build-system", {}).get("requires", []), *project.get("dependencies", []), *extra]:
-        if req not in out:
-            out.append(req)
+    for req in data.get("build-system", {}).get("requires", []):
+        name = re.split(r"[<>=!~;\[ ]", str(req), maxsplit=1)[0].strip().lower()
+        if name != "cpubuild" and req not in out:
+            out.append(str(req))
     return out
 
 

@@ -7,7 +7,7 @@ is atomic (debootstrap into a temporary sibling, a stamp written last, then
 one rename) and serialised by a lock file, so concurrent callers either wait
 for the tree or find it finished, never half-made.
 
-Wheels are "installed" by unpacking them into a per-run directory inside the
+Wheels are "installed" by unpacking them (cpubuild.unpack) into a per-run directory inside the
 tree and pointing PYTHONPATH at it: no pip, no network, nothing left behind.
 """
 
@@ -21,12 +21,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from .. import unpack
 from ..errors import BuildFailedError, ToolMissingError, UsageError
 
 
@@ -205,46 +205,12 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
 # ------------------------------------------------------------------ wheels
 
 
-def wheel_members(names: Sequence[str]) -> dict[str, str]:
-    """Maps archive members to their path under site-packages.
-
-    Files of `<dist>.data/purelib|platlib/` go to the root; other `.data`
-    schemes (scripts, headers, data) are not needed to import and are left
-    out. Absolute paths and `..` are refused (a hostile archive)."""
-    out: dict[str, str] = {}
-    for name in names:
-        if name.endswith("/"):
-            continue
-        path = PurePosixPath(name)
-        if path.is_absolute() or ".." in path.parts:
-            raise UsageError(f"wheel member {name!r} escapes the install directory")
-        first = path.parts[0]
-        if first.endswith(".data"):
-            if len(path.parts) < 3 or path.parts[1] not in ("purelib", "platlib"):
-                continue
-            out[name] = str(PurePosixPath(*path.parts[2:]))
-        else:
-            out[name] = name
-    return out
-
-
 def unpack_wheel(wheel: Path, site: Path) -> list[str]:
-    """Unpacks a wheel into `site` (like an install, without pip)."""
+    """Unpacks a wheel into `site` (like an install, without pip); bad archives are usage errors."""
     try:
-        archive = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise UsageError(f"{wheel} is not a readable wheel: {exc}") from None
-    with archive:
-        mapping = wheel_members(archive.namelist())
-        for member, rel in mapping.items():
-            dest = site / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(member) as src, open(dest, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            mode = (archive.getinfo(member).external_attr >> 16) & 0o777
-            if mode:
-                dest.chmod(mode)
-    return sorted(mapping.values())
+        return unpack.unpack_wheel(wheel, site)
+    except unpack.UnpackError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @contextlib.contextmanager

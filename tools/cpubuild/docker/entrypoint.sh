@@ -1,5 +1,5 @@
 #!/bin/sh
-# cpukern image entrypoint: check the runtime tuning the image sets, then run the command.
+# cpubuild image entrypoint: check the runtime tuning the image sets, then run the command.
 #
 # LD_PRELOAD names tcmalloc. A missing file would make the loader print an error for
 # every process started later, and older images made a missing allocator fatal; here
@@ -17,7 +17,7 @@ if [ -n "${LD_PRELOAD:-}" ]; then
     else
       why=""
       case "$lib" in *tcmalloc*) why=" (glibc malloc instead of tcmalloc: slower for large tensors; apt-get install libtcmalloc-minimal4)" ;; esac
-      echo "cpukern: warning: LD_PRELOAD names $lib, which is missing; running without it$why" >&2
+      echo "entrypoint: warning: LD_PRELOAD names $lib, which is missing; running without it$why" >&2
     fi
   done
   set +f

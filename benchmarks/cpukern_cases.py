@@ -1,6 +1,7 @@
-"""The benchmark cases: the foundation ops at the foundation benchmark's
-shapes (moved here from benchmarks/bench_ops.py so `cpubuild bench` and that
-script time the same thing) and the GEMMs ([M, N, K] with N = K = 4096).
+"""cpukern's benchmark cases: the foundation ops at the foundation benchmark's
+shapes (shared by bench_variants.py, which `cpubuild bench` runs, and
+bench_ops.py, so both time the same thing) and the GEMMs ([M, N, K] with
+N = K = 4096).
 
 A case holds the timed call of cpukern (the selected variant, and a factory
 for any forced variant), torch eager's equivalent when torch is installed and

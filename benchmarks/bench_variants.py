@@ -1,0 +1,205 @@
+"""cpukern's benchmark, declared in pyproject.toml ([tool.cpubuild] benchmark):
+`cpubuild bench` runs it with tcmalloc preloaded and the variants this CPU
+runs. It times every case on every requested variant (forced in-process with
+cpukern's variant API) round robin with the same inputs: the foundation ops
+(rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding at
+[1, 32, 512, 2048] tokens x 4096 hidden, bf16 and fp32) and the GEMMs
+(gemm_bf16, gemm_w8a8 at [M, N, K] = [1|32|256, 4096, 4096]), next to torch
+eager (torch.matmul in bf16, torch._int_mm + scales; when installed) and a
+copy of the same bytes for memory-bound cases. Prints one JSON object
+{"meta": {...}, "records": [...], "targets": [...]} on stdout (the benchmark
+protocol of docs/project.md), progress on stderr; bad arguments exit 2.
+
+    python benchmarks/bench_variants.py --variants baseline,avx2 [--ops ...] [--m ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cpukern_cases as cases  # next to this script
+from cpubuild.bench import timing
+
+ALL_OPS = (*cases.OPS, *cases.GEMM_OPS)
+# issue 7's targets on its 2-core reference host: (op, M, compared with, minimum ratio)
+TARGETS = (
+    ("gemm_bf16", 1, "torch", 1.5),
+    ("gemm_bf16", 256, "torch", 0.9),
+    ("gemm_w8a8", 256, "torch", 0.8),
+    ("gemm_bf16", 256, "baseline", 4.0),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    ops: tuple[str, ...]
+    variants: tuple[str, ...]
+    dtypes: tuple[str, ...]  # foundation ops: "bf16", "fp32"
+    tokens: tuple[int, ...]  # foundation ops
+    gemm_m: tuple[int, ...]
+    rounds: int
+    round_ms: float
+    torch: bool
+
+
+
+class ArgumentError(ValueError):
+    """A bad command-line value (exit 2, one line)."""
+
+
+def _split(value: str, what: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise ArgumentError(f"--{what}: empty list")
+    return items
+
+
+def _ints(value: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in _split(value, what)]
+    except ValueError:
+        raise ArgumentError(f"--{what}: expected comma-separated integers, got {value!r}") from None
+    if any(v < 1 for v in values):
+        raise ArgumentError(f"--{what}: values must be >= 1, got {value!r}")
+    return values
+
+
+def parse_config(argv: Sequence[str]) -> Config:
+    parser = argparse.ArgumentParser(prog="cpubuild bench", description=__doc__)
+    parser.add_argument("--variants", required=True, help="Variants to time (cpubuild passes the ones this CPU runs).")
+    parser.add_argument("--ops", default=",".join(ALL_OPS), help="Ops to time.")
+    parser.add_argument("--dtypes", default="bf16,fp32", help="dtypes of the foundation ops.")
+    parser.add_argument("--tokens", default="1,32,512,2048", help="Token counts of the foundation ops.")
+    parser.add_argument("--m", default=",".join(map(str, cases.GEMM_M)), help=f"GEMM rows M (N = K = {cases.GEMM_NK}).")
+    parser.add_argument("--rounds", type=int, default=3, help="Round-robin rounds.")
+    parser.add_argument("--round-ms", type=float, default=20.0, help="Time per candidate per round.")
+    parser.add_argument("--no-torch", action="store_true", help="Skip torch even when installed.")
+    args = parser.parse_args(list(argv))
+    ops = _split(args.ops, "ops")
+    unknown = [o for o in ops if o not in ALL_OPS]
+    if unknown:
+        raise ArgumentError(f"--ops: unknown {', '.join(unknown)} (known: {', '.join(ALL_OPS)})")
+    dtypes = _split(args.dtypes, "dtypes")
+    bad = [d for d in dtypes if d not in ("bf16", "fp32")]
+    if bad:
+        raise ArgumentError(f"--dtypes: unknown {', '.join(bad)} (known: bf16, fp32)")
+    if not 1 <= args.rounds <= 100 or not 1 <= args.round_ms <= 10000:
+        raise ArgumentError("--rounds must be 1-100 and --round-ms 1-10000")
+    return Config(ops=tuple(ops), variants=tuple(_split(args.variants, "variants")), dtypes=tuple(dtypes),
+                  tokens=tuple(_ints(args.tokens, "tokens")), gemm_m=tuple(_ints(args.m, "m")), rounds=args.rounds,
+                  round_ms=args.round_ms, torch=not args.no_torch)
+
+
+def _cases(config: Config, has_torch: bool) -> list[Callable[[], cases.Case]]:
+    """Deferred constructors, so inputs of one case are freed before the next."""
+    def gemm(op: str, m: int) -> Callable[[], cases.Case]:
+        return lambda: cases.gemm_case(op, m, has_torch=has_torch)
+
+    def foundation(op: str, dtype: str, tokens: int) -> Callable[[], cases.Case]:
+        return lambda: cases.op_case(op, dtype, tokens, has_torch=has_torch)
+
+    out: list[Callable[[], cases.Case]] = []
+    for op in config.ops:
+        if op in cases.GEMM_OPS:
+            out += [gemm(op, m) for m in config.gemm_m]
+        else:
+            out += [foundation(op, d, t) for d in config.dtypes for t in config.tokens]
+    return out
+
+
+def targets(records: Sequence[dict[str, Any]], variants: Sequence[str]) -> list[str]:
+    """How the measured ratios compare with the goals above (lines for the report)."""
+    out: list[str] = []
+    for op, m, versus, minimum in TARGETS:
+        rows = [r for r in records if r["op"] == op and r["shape"][0] == m]
+        if not rows:
+            continue
+        best = min(rows, key=lambda r: r["us"])
+        other = best["torch_us"] if versus == "torch" else next(
+            (r["us"] for r in rows if r["variant"] == variants[0]), None)
+        if other is None:
+            continue
+        ratio = other / best["us"]
+        name = "torch" if versus == "torch" else variants[0]
+        verdict = "met" if ratio >= minimum else "MISSED"
+        out.append(f"target: {op} M={m} {best['variant']} vs {name}: {ratio:.2f}x (>= {minimum}x: {verdict})")
+    return out
+
+
+def run(config: Config) -> dict[str, Any]:
+    import cpukern
+    from cpukern import _dispatch, gemm, ops
+
+    has_torch = False
+    torch_note = "torch: not used"
+    if config.torch:
+        try:
+            import torch
+
+            has_torch = True
+            torch_note = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+        except ImportError:
+            torch_note = "torch: not installed"
+    selected = _dispatch.selected_isa()
+    meta: dict[str, Any] = {
+        "title": f"cpukern {cpukern.__version__}",
+        "cpukern": cpukern.__version__,
+        "selected": selected,
+        "variants": list(config.variants),
+        "allocator": timing.allocator(),
+        "torch": torch_note,
+        "kernels": {},
+    }
+    for v in config.variants:
+        with ops.use_variant(v):
+            meta["kernels"][v] = {
+                f"{dtype} M={m}": gemm.kernel_name(dtype, m) for dtype in ("bfloat16", "int8") for m in config.gemm_m
+            }
+    print(f"# cpukern {cpukern.__version__}, selected {selected}; allocator: {meta['allocator']}; {torch_note}",
+          file=sys.stderr, flush=True)
+    records: list[dict[str, Any]] = []
+    for make in _cases(config, has_torch):
+        case = make()
+        candidates: dict[str, Callable[[], Any]] = {
+            v: case.cpukern if v == selected else case.for_variant(v) for v in config.variants
+        }
+        if case.torch is not None:
+            candidates["torch"] = case.torch
+        if case.memcpy is not None:
+            candidates["memcpy"] = case.memcpy
+        us = timing.measure(candidates, config.rounds, config.round_ms / 1000)
+        for v in config.variants:
+            records.append({
+                "op": case.op, "dtype": case.dtype, "shape": case.shape, "variant": v, "us": round(us[v], 2),
+                "torch_us": round(us["torch"], 2) if "torch" in us else None,
+                "memcpy_us": round(us["memcpy"], 2) if "memcpy" in us else None,
+            })
+        shown = "  ".join(f"{name} {t:.1f} us" for name, t in us.items())
+        print(f"{case.op} {case.dtype} {'x'.join(map(str, case.shape))}: {shown}", file=sys.stderr, flush=True)
+        del case, candidates
+    return {"meta": meta, "records": records, "targets": targets(records, config.variants)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv)
+    except ArgumentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    missing = [m for m in ("numpy", "ml_dtypes") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"error: cpukern's benchmark needs {' and '.join(missing)}: pip install 'cpubuild[bench]' (or numpy ml_dtypes)",
+              file=sys.stderr)
+        return 2
+    print(json.dumps(run(config)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
