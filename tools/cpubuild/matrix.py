@@ -215,7 +215,11 @@ def _parse_arch(path: Path, name: str, table: Any, hw: Hardware) -> Arch:
     manylinux = r.get("manylinux", str, facts.manylinux)
     if not re.fullmatch(rf"manylinux_\d+_\d+_{name}", manylinux):
         r.fail("manylinux", f"must be a manylinux_X_Y_{name} tag, got {manylinux!r}")
+    if "macos" in r.table and "darwin" not in os_list:
+        r.fail("macos", f"applies to macOS wheels only: add \"darwin\" to os = {json.dumps(list(os_list))}")
     macos = r.get("macos", str, facts.macos)
+    if "darwin" in os_list and not re.fullmatch(r"macosx_\d+_\d+_(arm64|x86_64|universal2)", str(macos)):
+        r.fail("macos", f"must be a macOS platform tag such as {facts.macos or 'macosx_11_0_arm64'}, got {macos!r}")
     families = tuple(f for f in facts.compilers if f != "apple-clang" or "darwin" in os_list)
     return Arch(name=name, compilers=families, os=os_list, triplet=facts.triplet, manylinux=manylinux,
                 docker_platform=facts.docker_platform, qemu=facts.qemu, debian_arch=facts.debian_arch,
@@ -281,18 +285,27 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
         raws.append(_RawVariant(index=index, name=name, reader=r))
     done: dict[int, Variant] = {}
 
-    def resolve(raw: _RawVariant, chain: tuple[str, ...]) -> Variant:
+    def resolve(raw: _RawVariant, chain: tuple[_RawVariant, ...]) -> Variant:
         if raw.index in done:
             return done[raw.index]
         r = raw.reader
         parent: Variant | None = None
         extends = r.get("extends", str, None)
         if extends is not None:
-            if extends in chain:
-                r.fail("extends", f"forms a cycle: {' -> '.join((*chain, extends))}")
             arch_hint = r.table.get("arch")
-            resolved = [resolve(p, (*chain, raw.name)) for p in raws if p.name == extends and p.index != raw.index]
+            if isinstance(arch_hint, str):  # an alias is reported below, with the arch field
+                arch_hint = hw.canonical_arch(arch_hint) or arch_hint
+            path = (*chain, raw)
+            named = [p for p in raws if p.name == extends]
+            # a variant on the path is being resolved: extending it again closes a cycle
+            looping = [p for p in named if any(p.index == q.index for q in path)]
+            resolved = [resolve(p, path) for p in named if p not in looping]
             matching = [p for p in resolved if arch_hint is None or p.arch == arch_hint]
+            if not matching and looping:
+                r.fail("extends", f"forms a cycle: {' -> '.join((*(q.name for q in path), extends))}")
+            if not matching and resolved:
+                owners = ", ".join(sorted({p.arch for p in resolved}))
+                r.fail("extends", f"{extends!r} is a {owners} variant, this one is {arch_hint}; a variant extends one of its own arch")
             if not matching:
                 r.fail("extends", f"no variant {extends!r} to extend" + (f" for {arch_hint}" if arch_hint else ""))
             if len(matching) > 1:
@@ -386,6 +399,14 @@ def _check_across(path: Path, arches: dict[str, Arch], variants: tuple[Variant, 
         if not mine:
             raise MatrixError(path, f"arch {arch!r}", "has no variants")
         baselines = [v.name for v in mine if v.is_baseline]
+        if len(baselines) == 1:  # every compiler a variant is built with must build the baseline too
+            base = next(v for v in mine if v.is_baseline)
+            for v in mine:
+                lacking = [f for f in v.compilers if f not in base.compilers]
+                if lacking:
+                    raise MatrixError(path, f"variant {base.name!r} ({arch}), field 'compilers'",
+                                      f"the baseline must build with every compiler family its arch's variants use; "
+                                      f"{v.name!r} builds with {', '.join(lacking)}")
         if not baselines:
             raise MatrixError(path, f"arch {arch!r}", "has no baseline: exactly one variant needs an empty 'requires' (it runs on every CPU of the arch)")
         if len(baselines) > 1:
@@ -480,6 +501,18 @@ def _main(argv: list[str] | None = None) -> int:
             arch = hardware().canonical_arch(args.arch) or args.arch
             if arch not in matrix.arches:
                 raise MatrixError(matrix.path, "arch", f"no variants for {args.arch!r} (this project builds: {', '.join(matrix.arches)})")
+        if args.command == "cmake" and args.compiler not in matrix.baseline(arch).compilers:
+            # without the baseline a build would hold no variant every CPU runs
+            base = matrix.baseline(arch)
+            raise MatrixError(matrix.path, f"arch {arch!r}", f"is not built with {args.compiler}: its baseline {base.name!r} "
+                                                             f"builds with {', '.join(base.compilers)}")
+        if args.command == "manifest":
+            known = [v.name for v in matrix.variants_for(arch)]
+            unknown = [v for v in re.split(r"[;,]", args.variants) if v and v not in known]
+            if unknown:
+                raise MatrixError(matrix.path, f"arch {arch!r}", f"--variants names {', '.join(map(repr, unknown))}, not variants of {arch} (known: {', '.join(known)})")
+            if "{variant}" not in args.library or re.search(r"\{(?!variant\})|(?<!\{variant)\}", args.library):
+                raise MatrixError(matrix.path, "manifest", f"--library {args.library!r} must name each variant's file with {{variant}} (and no other braces)")
     except (ContractError, MatrixError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
