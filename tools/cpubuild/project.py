@@ -29,6 +29,8 @@ VERSION_PROVIDER = "cpubuild"  # the dynamic_metadata.provider entry point
 # What a CMakeLists.txt of a cpubuild project calls (checked before building).
 FIND_PACKAGE = re.compile(r"find_package\s*\(\s*cpubuild\b", re.IGNORECASE)
 ADD_VARIANTS = re.compile(r"\bcpubuild_add_variants\s*\(")
+BRACKET_COMMENT = re.compile(r"#\[(=*)\[.*?\]\1\]", re.DOTALL)
+LINE_COMMENT = re.compile(r"#.*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,11 +94,12 @@ class Project:
         """What the project's CMakeLists.txt lacks of the cpubuild CMake interface."""
         path = self.root / "CMakeLists.txt"
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return [f"{path}: missing; a cpubuild project builds with CMake (see {DOCS}, or run `cpubuild init`)"]
         texts = [text, *(p.read_text(encoding="utf-8", errors="replace") for p in sorted(self.root.glob("cmake/*.cmake")))]
-        code = "\n".join(re.sub(r"#.*", "", t) for t in texts)  # comments do not count
+        # comments do not count: bracket comments #[[ ... ]] (any number of '='), then line comments
+        code = "\n".join(LINE_COMMENT.sub("", BRACKET_COMMENT.sub("", t)) for t in texts)
         problems = []
         if not FIND_PACKAGE.search(code):
             problems.append(f"{path}: never calls find_package(cpubuild CONFIG REQUIRED) (see {DOCS})")
