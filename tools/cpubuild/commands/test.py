@@ -32,6 +32,7 @@ from ..project import find_project
 from ..wheelbuild.wheelzip import inspect
 
 AUTO = "auto"
+NO_NUMPY = "No module named 'numpy'"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,16 +291,22 @@ def run_emulated(
         if checks and not target.selftest:
             checks_skipped = "the project declares no selftest ([tool.cpubuild] selftest): selection report only"
         elif checks and selected is not None and not problems:
+            # NumPy killed by a signal: the CPU model cannot run it (no XSAVE), so a
+            # selftest that imports it cannot run either. NumPy merely absent: run the
+            # selftest anyway (many need no NumPy); skip only if it then asks for NumPy.
             probe = emulator.run(["-c", "import numpy"], pythonpath=site, host_python=python)
             numpy_died = signal_name(probe.returncode)
-            if numpy_died or probe.returncode != 0:
-                why = f"killed by {numpy_died}" if numpy_died else probe.stderr.strip().splitlines()[-1:] or ["fails"]
-                checks_skipped = f"NumPy cannot import under {cpu} ({why if isinstance(why, str) else why[0]}): selection report only"
+            if numpy_died:
+                checks_skipped = f"NumPy cannot import under {cpu} (killed by {numpy_died}): selection report only"
                 say(f"checks: skipped - {checks_skipped}")
             else:
                 proc = emulator.run(["-m", *target.selftest, "--json"], pythonpath=site, env=env, host_python=python)
-                result = judge_checks(proc.stdout, proc.stderr, proc.returncode, cpu=cpu, selected=selected,
-                                      problems=problems, say=say)
+                if probe.returncode != 0 and last_json(proc.stdout) is None and NO_NUMPY in proc.stderr:
+                    checks_skipped = f"the selftest needs NumPy, which this Python lacks ({python}): selection report only"
+                    say(f"checks: skipped - {checks_skipped}")
+                else:
+                    result = judge_checks(proc.stdout, proc.stderr, proc.returncode, cpu=cpu, selected=selected,
+                                          problems=problems, say=say)
     return Outcome(
         arch=arch.name,
         cpu=cpu,
