@@ -1,43 +1,30 @@
 """Selection on macOS as a macOS wheel will see it: only the variants with
 apple-clang flags are built (.dylib), features come from hw.optional sysctls
-(probe.c's cpukern_probe_sysctl), and Linux HWCAP bits mean nothing there."""
+(the runtime probe's cpubuild_probe_sysctl), and Linux HWCAP bits mean nothing
+there. cpubuild.runtime.select with cpukern's matrix and prefix."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX
+from conftest import CPUKERN_MATRIX, REPO
+from cpubuild.contract import load_config
 from cpubuild.matrix import load_matrix
+from cpubuild.runtime import select as sel
 
-SOURCE = Path(__file__).resolve().parents[2] / "python" / "cpukern"
-
-
-def _source_module(name: str) -> Any:
-    """python/cpukern/<name> from the source tree, not an installed cpukern."""
-    alias = "_cpukern_source_under_test"
-    if alias not in sys.modules:
-        package = types.ModuleType(alias)
-        package.__path__ = [str(SOURCE)]
-        sys.modules[alias] = package
-    return importlib.import_module(f"{alias}.{name}")
-
-
-sel = _source_module("_select")
 MATRIX = load_matrix(CPUKERN_MATRIX)
+CONFIG = load_config(REPO)
 ARCH = "aarch64"
 MAC_BUILT = [v.name for v in MATRIX.variants_for(ARCH) if "apple-clang" in v.compilers]
-MANIFEST: dict[str, Any] = MATRIX.manifest(ARCH, MAC_BUILT, "_cpukern_{variant}.dylib")
+MANIFEST: dict[str, Any] = MATRIX.manifest(ARCH, MAC_BUILT, "_cpukern_{variant}.dylib", probe="_cpukern_probe.dylib",
+                                           project=CONFIG.runtime_facts())
 SYSCTLS = {name: spec["sysctl"] for name, spec in MANIFEST["features"].items() if "sysctl" in spec}
 
 
 def select(sysctl_values: dict[str, int], **raw: int) -> Any:
     report = sel.decode_features(MANIFEST["features"], sel.RawProbe(sysctl=sysctl_values, **raw), darwin=True)
-    return sel.select_variant(MANIFEST["variants"], report.found, built=MAC_BUILT)
+    return sel.select_variant(MANIFEST["variants"], report.found, built=MAC_BUILT, env_prefix=CONFIG.env_prefix)
 
 
 def test_every_macos_variant_is_detectable_by_sysctl() -> None:
@@ -48,6 +35,14 @@ def test_every_macos_variant_is_detectable_by_sysctl() -> None:
 
 def test_macos_libraries_are_dylibs() -> None:
     assert all(v["library"].endswith(".dylib") for v in MANIFEST["variants"])
+    assert MANIFEST["probe"] == "_cpukern_probe.dylib" and MANIFEST["env_prefix"] == "CPUKERN"
+
+
+def test_sve_is_linux_only() -> None:
+    assert "sve" not in MAC_BUILT and "sve" not in SYSCTLS and "sve2" not in SYSCTLS
+    report = sel.decode_features(MANIFEST["features"], sel.RawProbe(sysctl={k: 1 for k in SYSCTLS.values()}), darwin=True)
+    assert report.not_found["sve"] == report.not_found["sve2"] == "not available on macOS"
+    assert set(report.found) == set(SYSCTLS)
 
 
 def test_all_sysctls_pick_the_best_macos_variant_not_sve() -> None:

@@ -1,49 +1,38 @@
-"""Feature decoding and variant selection (python/cpukern/_select.py) on made-up
-hosts whose probe facts are those of real CPU models: pure data, no compiler.
+"""Feature decoding and variant selection (cpubuild.runtime.select, the dispatcher
+cpubuild copies into every package) on made-up hosts whose probe facts are
+those of real CPU models: pure data, no compiler.
 
 The CPU facts below are bit positions documented by Intel (SDM vol. 2A, CPUID
 leaves 01H and 07H; vol. 1 ch. 13 for XCR0), by Linux (arm64 and s390 hwcap
 headers) and by Apple (hw.optional sysctls), applied to the feature lists those
-CPUs publish. The expected variant per model follows issue 2's definitions.
+CPUs publish. The variants are cpukern's (its isa_matrix.toml, its CPUKERN
+environment prefix); the feature recipes are cpubuild's hardware data, as the
+manifest carries them.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX
+from conftest import CPUKERN_MATRIX, REPO
+from cpubuild.contract import load_config
+from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
+from cpubuild.runtime import errors
+from cpubuild.runtime import select as sel
 
-SOURCE = Path(__file__).resolve().parents[2] / "python" / "cpukern"
-
-
-def _source_module(name: str) -> Any:
-    """A module of python/cpukern from the source tree, without running the
-    package's __init__ and without shadowing an installed `cpukern` that other
-    tests import."""
-    alias = "_cpukern_source_under_test"
-    if alias not in sys.modules:
-        package = types.ModuleType(alias)
-        package.__path__ = [str(SOURCE)]
-        sys.modules[alias] = package
-    return importlib.import_module(f"{alias}.{name}")
-
-
-sel = _source_module("_select")
-errors = _source_module("errors")
 MATRIX = load_matrix(CPUKERN_MATRIX)
+CONFIG = load_config(REPO)
+PREFIX = CONFIG.env_prefix
+assert PREFIX == "CPUKERN"
 
 
 def manifest(arch: str, built: Iterable[str] | None = None) -> dict[str, Any]:
     names = [v.name for v in MATRIX.variants_for(arch)] if built is None else list(built)
-    return MATRIX.manifest(arch, names, "_cpukern_{variant}.so")
+    return MATRIX.manifest(arch, names, "_cpukern_{variant}.so", probe="_cpukern_probe.so", project=CONFIG.runtime_facts())
 
 
 def bits(*positions: int) -> int:
@@ -104,6 +93,14 @@ ZEN4 = X86Model(
     leaf7=(1, ZEN3_7_EBX | bits(16, 17, 21, 28, 30, 31), bits(1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 14, 22), 0x10),
     leaf7_1_eax=bits(5), xcr0=XCR0_AVX512,
 )
+# Alder Lake as shipped: AVX-VNNI (VEX-encoded, leaf 07H.1 EAX bit 4) without AVX-512.
+# 07H.0 EBX: fsgsbase, bmi1, avx2, smep, bmi2, erms, invpcid, rdseed, adx, smap, clflushopt, clwb, sha;
+# ECX: umip, waitpkg, gfni, vaes, vpclmulqdq, rdpid, movdiri, movdir64b; EDX: fsrm, serialize, hybrid.
+ALDER_LAKE = X86Model(
+    name="Alder Lake (i9-12900K)", leaf1=(0x7FFAFBFF, 0xBFEBFBFF),
+    leaf7=(1, bits(0, 3, 5, 7, 8, 9, 10, 18, 19, 20, 23, 24, 29), bits(2, 5, 8, 9, 10, 22, 27, 28), bits(4, 14, 15)),
+    leaf7_1_eax=bits(4), xcr0=XCR0_SSE_AVX,
+)
 SAPPHIRE_RAPIDS = X86Model(
     name="Sapphire Rapids (Xeon 8480+)", leaf1=(0x7FFEFBFF, 0xBFEBFBFF),
     leaf7=(
@@ -139,37 +136,46 @@ def decode_x86(model: X86Model, *, permission: Callable[[str], bool] | None = No
 def best(arch: str, found: Iterable[str], built: Iterable[str] | None = None, **kw: Any) -> str:
     m = manifest(arch, built)
     present = [v["name"] for v in m["variants"] if v["built"]]
-    return str(sel.select_variant(m["variants"], found, built=present, **kw).selected)
+    return str(sel.select_variant(m["variants"], found, built=present, **{"env_prefix": PREFIX, **kw}).selected)
+
+
+# What each model publishes, in cpubuild's names (no XSAVE-free model has AVX; BMI1/2 came with Haswell)
+SSE4 = {"sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "popcnt"}
+HASWELL_SET = SSE4 | {"avx", "f16c", "fma", "avx2", "bmi1", "bmi2"}
+SKYLAKE_SET = HASWELL_SET | {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}
 
 
 @pytest.mark.parametrize(
     ("model", "expected", "features"),
     [
-        (NEHALEM, "baseline", {"sse2", "sse4_2"}),
-        (SANDY_BRIDGE, "baseline", {"sse2", "sse4_2", "avx"}),
-        (IVY_BRIDGE, "baseline", {"sse2", "sse4_2", "avx", "f16c"}),
-        (HASWELL, "avx2", {"sse2", "sse4_2", "avx", "fma", "f16c", "avx2"}),
-        (ZEN3, "avx2", {"sse2", "sse4_2", "avx", "fma", "f16c", "avx2"}),
-        (SKYLAKE_SP, "avx512", {"sse2", "sse4_2", "avx", "fma", "f16c", "avx2", "avx512f", "avx512dq", "avx512bw", "avx512vl"}),
-        (CASCADE_LAKE, "avx512vnni", None),
-        (COOPER_LAKE, "avx512bf16", None),
-        (ZEN4, "avx512bf16", None),
+        (NEHALEM, "baseline", SSE4),
+        (SANDY_BRIDGE, "baseline", SSE4 | {"avx"}),
+        (IVY_BRIDGE, "baseline", SSE4 | {"avx", "f16c"}),
+        (HASWELL, "avx2", HASWELL_SET),
+        (ZEN3, "avx2", HASWELL_SET),
+        (ALDER_LAKE, "avx2", HASWELL_SET | {"avx_vnni"}),
+        (SKYLAKE_SP, "avx512", SKYLAKE_SET),
+        (CASCADE_LAKE, "avx512vnni", SKYLAKE_SET | {"avx512_vnni"}),
+        (COOPER_LAKE, "avx512bf16", SKYLAKE_SET | {"avx512_vnni", "avx512_bf16"}),
+        (ZEN4, "avx512bf16", SKYLAKE_SET | {"avx512ifma", "avx512vbmi", "avx512_vnni", "avx512_bf16"}),
         (SAPPHIRE_RAPIDS, "amx", set(X86_FEATURES)),
     ],
     ids=lambda x: x.name.split(" (")[0] if isinstance(x, X86Model) else None,
 )
-def test_real_x86_models(model: X86Model, expected: str, features: set[str] | None) -> None:
+def test_real_x86_models(model: X86Model, expected: str, features: set[str]) -> None:
     report = decode_x86(model, permission=Permission(True))
-    if features is not None:
-        assert set(report.found) == features
+    assert set(report.found) == features
     assert set(report.found) | set(report.not_found) == set(X86_FEATURES)
+    assert list(report.found) == [f for f in X86_FEATURES if f in features]  # the hardware data's order
     assert best("x86_64", report.found) == expected
+    # what a real CPU reports is closed under `implies`, as the matrix's requires are
+    assert set(hardware().closure("x86_64", report.found)) == features
 
 
 def test_xcr0_without_avx_state_hides_every_vex_feature() -> None:
     """CPUID says AVX2 but the OS (or a hypervisor) did not enable YMM state."""
     report = decode_x86(HASWELL, xcr0=0x3)
-    assert set(report.found) == {"sse2", "sse4_2"}
+    assert set(report.found) == SSE4 | {"bmi1", "bmi2"}  # BMI is VEX-encoded but works on general registers
     assert "XCR0 0x3 lacks 0x4" in report.not_found["avx2"]
     assert best("x86_64", report.found) == "baseline"
 
@@ -193,8 +199,9 @@ def test_no_osxsave_means_no_xgetbv_and_no_avx() -> None:
     raw = model.raw()
     assert raw.xcr0 is None
     report = sel.decode_features(X86_FEATURES, raw)
-    assert set(report.found) == {"sse2", "sse4_2"}
+    assert set(report.found) == SSE4 | {"bmi1", "bmi2"}
     assert report.not_found["avx"] == "the OS has not enabled XSAVE (no XGETBV)"
+    assert report.not_found["avx_vnni"] == "CPUID does not report it"
     assert report.not_found["avx512f"] == "CPUID does not report it"
 
 
@@ -323,14 +330,14 @@ ALL_X86 = [v["name"] for v in X86_VARIANTS]
 
 
 def select(found: Iterable[str] = HASWELL_FOUND, built: Iterable[str] = ALL_X86, **kw: Any) -> Any:
-    return sel.select_variant(X86_VARIANTS, found, built=built, **kw)
+    return sel.select_variant(X86_VARIANTS, found, built=built, **{"env_prefix": PREFIX, **kw})
 
 
 def test_priority_order_not_list_order() -> None:
     shuffled = list(reversed(X86_VARIANTS[2:])) + X86_VARIANTS[:2]
-    assert sel.select_variant(shuffled, HASWELL_FOUND, built=ALL_X86).selected == "avx2"
+    assert sel.select_variant(shuffled, HASWELL_FOUND, built=ALL_X86, env_prefix=PREFIX).selected == "avx2"
     everything = [f for v in X86_VARIANTS for f in v["requires"]]
-    assert sel.select_variant(shuffled, everything, built=ALL_X86).selected == "amx"
+    assert sel.select_variant(shuffled, everything, built=ALL_X86, env_prefix=PREFIX).selected == "amx"
 
 
 def test_statuses_explain_every_variant() -> None:
@@ -339,8 +346,9 @@ def test_statuses_explain_every_variant() -> None:
     assert [s.name for s in result.variants] == list(reversed(ALL_X86))  # highest priority first
     assert rows["avx2"].reason == "highest priority variant this CPU runs"
     assert rows["baseline"].reason == "lower priority than avx2" and rows["baseline"].supported
-    assert rows["avx512"].missing == ("avx512f", "avx512bw", "avx512dq", "avx512vl")
-    assert rows["avx512"].reason == "CPU lacks avx512f, avx512bw, avx512dq, avx512vl"
+    assert rows["avx512"].missing == ("avx512f", "avx512dq", "avx512bw", "avx512vl")  # the hardware data's order
+    assert rows["avx512"].reason == "CPU lacks avx512f, avx512dq, avx512bw, avx512vl"
+    assert rows["avx512"].built and not rows["avx512"].supported and rows["avx512"].priority == 20
     assert result.override is None
 
 
@@ -348,19 +356,23 @@ def test_forced_supported_variant_is_chosen() -> None:
     result = select(forced="baseline")
     assert result.selected == "baseline" and result.override == "baseline"
     rows = {s.name: s.reason for s in result.variants}
-    assert rows["baseline"] == "forced by CPUKERN_ISA"
-    assert rows["avx2"] == "CPUKERN_ISA=baseline forces another variant"
+    assert rows["baseline"] == f"forced by {PREFIX}_ISA"
+    assert rows["avx2"] == f"{PREFIX}_ISA=baseline forces another variant"
 
 
 def test_forced_unsupported_variant_names_missing_features() -> None:
     with pytest.raises(errors.UnsupportedISAError) as info:
         select(forced="amx")
-    assert info.value.missing == ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
+    assert info.value.missing == ["avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
                                   "amx_tile", "amx_bf16", "amx_int8"]
-    assert "CPUKERN_ISA=amx" in str(info.value) and "amx_tile" in str(info.value)
+    assert info.value.name == "amx"
+    assert str(info.value).startswith("CPUKERN_ISA=amx: this CPU cannot run variant 'amx'; missing features: avx512f")
     sandy = sel.decode_features(X86_FEATURES, SANDY_BRIDGE.raw()).found
-    with pytest.raises(errors.UnsupportedISAError, match=r"missing features: avx2, fma, f16c$"):
+    with pytest.raises(errors.UnsupportedISAError, match=r"missing features: fma, f16c, avx2$"):
         select(found=sandy, forced="avx2")
+    # a CPU that only lacks what a required feature implies is refused too (requires went through `implies`)
+    with pytest.raises(errors.UnsupportedISAError, match=r"missing features: sse4_2$"):
+        select(found=[f for f in HASWELL_FOUND if f != "sse4_2"], forced="avx2")
 
 
 def test_forced_unknown_name_lists_available_variants() -> None:
@@ -407,15 +419,49 @@ def test_forcing_wins_over_disabling() -> None:
 
 
 def test_nothing_usable_is_a_clear_error() -> None:
-    with pytest.raises(errors.NoVariantError, match="baseline: disabled by CPUKERN_DISABLE_ISA"):
-        select(disabled=["baseline", "avx2"])
-    with pytest.raises(errors.NoVariantError, match="baseline: not built into this package"):
+    with pytest.raises(errors.NoVariantError, match=r"^no usable cpukern variant: .*baseline: disabled by CPUKERN_DISABLE_ISA"):
+        select(disabled=["baseline", "avx2"], package="cpukern")
+    with pytest.raises(errors.NoVariantError, match=r"^no usable this package variant: .*baseline: not built into this package"):
         select(built=["avx512"])
 
 
 def test_error_classes_are_catchable_as_one() -> None:
     for cls in (errors.UnsupportedISAError, errors.UnknownISAError, errors.NoVariantError):
-        assert issubclass(cls, errors.CpukernError) and issubclass(cls, RuntimeError)
+        assert issubclass(cls, errors.DispatchError) and issubclass(cls, RuntimeError)
+
+
+# ------------------------------------------------------------ another project's prefix
+
+
+def test_messages_carry_the_projects_prefix() -> None:
+    """The runtime is the same code in every package: the variables it names are the package's own."""
+    def run(**kw: Any) -> Any:
+        return sel.select_variant(X86_VARIANTS, HASWELL_FOUND, built=ALL_X86, env_prefix="DOTLIB", package="dotlib", **kw)
+
+    forced = run(forced="baseline")
+    texts = [s.reason for s in forced.variants]
+    assert "forced by DOTLIB_ISA" in texts and "DOTLIB_ISA=baseline forces another variant" in texts
+    assert {s.name: s.reason for s in run(disabled=["avx2"]).variants}["avx2"] == "disabled by DOTLIB_DISABLE_ISA"
+    raised: list[str] = []
+    for kw in ({"forced": "amx"}, {"forced": "avx9000"}, {"disabled": ["avx9000"]}, {"disabled": ALL_X86}):
+        with pytest.raises(errors.DispatchError) as info:
+            run(**kw)
+        raised.append(str(info.value))
+    assert raised[0].startswith("DOTLIB_ISA=amx: this CPU cannot run variant 'amx'")
+    assert raised[1].startswith("DOTLIB_ISA=avx9000: 'avx9000' is not a variant of this arch")
+    assert raised[2].startswith("DOTLIB_DISABLE_ISA=avx9000: ")
+    assert raised[3].startswith("no usable dotlib variant: ") and "disabled by DOTLIB_DISABLE_ISA" in raised[3]
+    assert not any("CPUKERN" in text for text in [*texts, *raised])
+
+
+def test_the_prefix_is_required() -> None:
+    with pytest.raises(TypeError, match="env_prefix"):
+        sel.select_variant(X86_VARIANTS, HASWELL_FOUND, built=ALL_X86)  # type: ignore[call-arg]
+
+
+def test_error_defaults_without_a_prefix() -> None:
+    assert str(errors.UnsupportedISAError("avx2", ["fma"])).startswith("ISA=avx2: ")
+    assert str(errors.UnknownISAError("x", [], known=False)) == "ISA=x: 'x' is not a variant of this arch; available: none"
 
 
 @pytest.mark.parametrize(
