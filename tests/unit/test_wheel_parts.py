@@ -1,14 +1,19 @@
-"""Pure pieces of `cpubuild wheel`: option layering, log parsing, frontend
-commands, deterministic zips, the glibc symbol-version rule, the repair policy."""
+"""Pure pieces of `cpubuild wheel`: option layering, log parsing (for any
+project's target names), frontend commands, deterministic zips, relabelled
+wheels, the glibc symbol-version rule, the repair policy, host CPU flags."""
 
 from __future__ import annotations
 
+import io
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from cpubuild import hostprobe
 from cpubuild.errors import BuildFailedError, UsageError
-from cpubuild.wheelbuild import frontend, glibc, hostcpu, repair, wheelzip
+from cpubuild.hardware import hardware, host_arch
+from cpubuild.wheelbuild import frontend, glibc, repair, wheelzip
 from cpubuild.wheelbuild.options import WheelOptions, layer_options
 from cpubuild.wheelbuild.runner import failure_message, log_tail
 
@@ -63,29 +68,95 @@ def test_bad_values_name_their_source(kwargs: dict[str, dict[str, object]], wher
 # ------------------------------------------------------------ frontend log
 
 
+CPUKERN_VARIANTS = ("baseline", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon", "neon_bf16")
+
+
 def test_stage_markers_and_ninja_steps() -> None:
     assert frontend.parse_line("*** Configuring CMake...") == frontend.Event(kind="stage", text="*** Configuring CMake...", stage="configure")
-    step = frontend.parse_line("[3/16] Building CXX object CMakeFiles/cpukern_avx512.dir/csrc/kernels/norm.cpp.o")
+    step = frontend.parse_line("[3/16] Building CXX object CMakeFiles/cpukern_avx512.dir/csrc/kernels/norm.cpp.o", CPUKERN_VARIANTS)
     assert step is not None and (step.target, step.step, step.total, step.action) == ("avx512", 3, 16, "compile")
-    link = frontend.parse_line("[8/16] Linking CXX shared module _cpukern_neon_bf16.so")
+    link = frontend.parse_line("[8/16] Linking CXX shared module _cpukern_neon_bf16.so", CPUKERN_VARIANTS)
     assert link is not None and (link.target, link.action) == ("neon_bf16", "link")
-    failed = frontend.parse_line("FAILED: CMakeFiles/cpukern_avx2.dir/csrc/kernels/gemm.cpp.o ")
+    failed = frontend.parse_line("FAILED: CMakeFiles/cpukern_avx2.dir/csrc/kernels/gemm.cpp.o ", CPUKERN_VARIANTS)
     assert failed is not None and (failed.kind, failed.target) == ("failed", "avx2")
     created = frontend.parse_line("*** Created cpukern-0.1.0-py3-none-linux_x86_64.whl")
     assert created is not None and created.text == "cpukern-0.1.0-py3-none-linux_x86_64.whl"
     assert frontend.parse_line("ninja: no work to do.") is not None
     assert frontend.parse_line("-- Found Threads: TRUE") is None
-    cmake = frontend.parse_line("  cpukern: /usr/bin/g++ cannot build variant 'amx' (flags: -mamx-tile)")
+    cmake = frontend.parse_line("  cpubuild: /usr/bin/g++ cannot build variant 'amx' (flags: -mamx-tile)")
     assert cmake is not None and (cmake.kind, cmake.target) == ("cmake-error", "amx")
+    assert frontend.parse_line("CMake Error at CMakeLists.txt:3 (find_package):").kind == "cmake-error"  # type: ignore[union-attr]
+
+
+DOTLIB = ("baseline", "avx2", "avx512", "avx512vnni", "neon", "neon_dotprod")
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "target", "action"),
+    [
+        ("[1/9] Building C object CMakeFiles/dotlib_avx2.dir/src/dot.c.o", "step", "avx2", "compile"),
+        ("[2/9] Building C object CMakeFiles/dotlib_avx512.dir/src/dot.c.o", "step", "avx512", "compile"),
+        # a variant whose name starts with another's is not taken for the shorter one
+        ("[3/9] Building C object CMakeFiles/dotlib_avx512vnni.dir/src/dot.c.o", "step", "avx512vnni", "compile"),
+        ("[4/9] Linking C shared module _dotlib_avx512vnni.so", "step", "avx512vnni", "link"),
+        ("[5/9] Linking C shared module _dotlib_avx512.so", "step", "avx512", "link"),
+        ("[6/9] Building C object CMakeFiles/dotlib_probe.dir/opt/cpubuild/runtime/probe.c.o", "step", "probe", "compile"),
+        ("[7/9] Linking C shared module _dotlib_probe.so", "step", "probe", "link"),
+        ("[8/9] Building C object CMakeFiles/dotlib_common.dir/src/tables.c.o", "step", "common", "compile"),
+        ("[9/9] Linking C shared module _dotlib_neon_dotprod.dylib", "step", "neon_dotprod", "link"),
+        ("[1/4] Building C object CMakeFiles/dotlib_neon.dir/src/neon_probe.c.o", "step", "neon", "compile"),  # not 'probe'
+        ("[2/4] Building C object CMakeFiles/dotlib_avx2.dir/Unity/unity_0_c.c.o", "step", "avx2", "compile"),
+        ("[3/4] Generating _manifest.json", "step", None, "compile"),
+        ("FAILED: CMakeFiles/dotlib_avx512vnni.dir/src/dot.c.o ", "failed", "avx512vnni", None),
+        ("FAILED: _dotlib_probe.so ", "failed", "probe", None),
+        ("  cpubuild: /usr/bin/cc cannot build variant 'avx512vnni' (flags: -mavx512vnni)", "cmake-error", "avx512vnni", None),
+        ("  cpubuild: unknown variant 'avx3' for x86_64 (known: baseline;avx2)", "cmake-error", "avx3", None),
+        # a warning: the build goes on without the variant, which is no failure
+        ("  cpubuild: skipping variant 'avx512vnni': /usr/bin/cc rejects its flags", "skipped", "avx512vnni", None),
+    ],
+)
+def test_steps_of_another_project_are_attributed(line: str, kind: str, target: str | None, action: str | None) -> None:
+    event = frontend.parse_line(line, DOTLIB)
+    assert event is not None
+    assert (event.kind, event.target, event.action) == (kind, target, action)
+
+
+def test_without_the_variant_list_only_probe_and_common_are_known() -> None:
+    step = frontend.parse_line("[1/9] Building C object CMakeFiles/dotlib_avx2.dir/src/dot.c.o")
+    assert step is not None and step.target is None and step.step == 1
+    probe = frontend.parse_line("[2/9] Linking C shared module _dotlib_probe.so")
+    assert probe is not None and probe.target == "probe"
+    # the project's name is not a variant: 'dotlib_avx2x' is no step of avx2
+    other = frontend.parse_line("[3/9] Building C object CMakeFiles/dotlib_avx2x.dir/a.c.o", DOTLIB)
+    assert other is not None and other.target is None
+
+
+def test_a_skipped_variant_is_not_the_failed_target(tmp_path: Path) -> None:
+    """The frontend reports the first *failing* target, not a variant CMake skipped on the way."""
+    script = tmp_path / "fake_build.py"
+    script.write_text(
+        "print('*** Configuring CMake...')\n"
+        "print(\"  cpubuild: skipping variant 'avx512vnni': /usr/bin/cc rejects its flags\")\n"
+        "print('*** Building project with Ninja...')\n"
+        "print('[1/3] Building C object CMakeFiles/dotlib_avx2.dir/src/dot.c.o')\n"
+        "print('FAILED: CMakeFiles/dotlib_avx2.dir/src/dot.c.o ')\n"
+        "raise SystemExit(1)\n"
+    )
+    events: list[frontend.Event] = []
+    result = frontend.run_frontend([sys.executable, str(script)], env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path, log=io.StringIO(),
+                                   on_event=events.append, outdir=tmp_path, variants=DOTLIB)
+    assert result.returncode == 1 and result.wheel is None
+    assert result.failed_target == "avx2"
+    assert [e.kind for e in events] == ["stage", "skipped", "stage", "step", "failed"]
 
 
 @pytest.mark.parametrize("name", ["build", "uv", "pip"])
 def test_frontend_commands_pass_every_config_setting(name: str) -> None:
-    settings = {"build-dir": "/b/x", "cmake.define.CPUKERN_ISA": "baseline,avx2"}
+    settings = {"build-dir": "/b/x", "cmake.define.CPUBUILD_ISA": "baseline,avx2"}
     cmd = frontend.frontend_command(name, python="/py", project=Path("/src"), outdir=Path("/out"), settings=settings, isolated=False)
     joined = " ".join(cmd)
     assert cmd[-1] == "/src"
-    assert "build-dir=/b/x" in joined and "cmake.define.CPUKERN_ISA=baseline,avx2" in joined
+    assert "build-dir=/b/x" in joined and "cmake.define.CPUBUILD_ISA=baseline,avx2" in joined
     assert "isolation" in joined  # --no-isolation / --no-build-isolation
     isolated = frontend.frontend_command(name, python="/py", project=Path("/src"), outdir=Path("/out"), settings={}, isolated=True)
     assert not any("isolation" in part for part in isolated)
@@ -95,9 +166,10 @@ def test_failure_messages_name_the_variant() -> None:
     assert "variant 'avx512'" in failure_message(stage="compile", target="avx512", returncode=1)
     assert "configure" in failure_message(stage="configure", target="amx", returncode=1)
     assert "probe" in failure_message(stage="compile", target="probe", returncode=1)
-    assert "csrc/runtime" in failure_message(stage="compile", target="runtime", returncode=1)
-    runtime = frontend.parse_line("FAILED: CMakeFiles/cpukern_runtime.dir/csrc/runtime/parallel.cpp.o ")
-    assert runtime is not None and runtime.target == "runtime"
+    assert "COMMON_SOURCES" in failure_message(stage="compile", target="common", returncode=1)
+    assert "during start-up" in failure_message(stage=None, target=None, returncode=2)
+    common = frontend.parse_line("FAILED: CMakeFiles/cpukern_common.dir/csrc/runtime/parallel.cpp.o ")
+    assert common is not None and common.target == "common"
     log = "\n".join([f"line {i}" for i in range(100)] + ["FAILED: x.o", "error: boom", "ninja: build stopped"])
     assert log_tail(log).startswith("FAILED: x.o")
     assert log_tail("\n".join(str(i) for i in range(100))).splitlines()[-1] == "99"
@@ -187,8 +259,107 @@ def test_isa_extension_check_is_disabled_only_for_guarded_variant_libraries() ->
         repair.isa_check_decision({"cpukern/_cpukern_probe.so": "x86-64-v2", "cpukern/_cpukern_avx2.so": "x86-64-v3"}, guarded)
 
 
+# ------------------------------------------------------------ relabelled wheels
+
+
+def make_wheel(tmp_path: Path, *, metadata: str | None = None) -> Path:
+    wheel = tmp_path / "dot_lib-1.2.0-py3-none-manylinux_2_28_x86_64.whl"
+    meta = metadata or "Metadata-Version: 2.1\nName: dot-lib\nVersion: 1.2.0\nSummary: dots\n\nRelease notes\nVersion: 1.1.0 fixed x\n"
+    files = {
+        "dotlib/__init__.py": b"VALUE = 1\n",
+        "dotlib/_manifest.json": b'{"schema": 2}',
+        "dot_lib-1.2.0.data/scripts/dotlib-check": b"#!/bin/sh\n",
+        "dot_lib-1.2.0.dist-info/METADATA": meta.encode(),
+        "dot_lib-1.2.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nTag: py3-none-manylinux_2_28_x86_64\n",
+        "dot_lib-1.2.0.dist-info/RECORD": b"stale,sha256=x,1\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100755 if name.endswith(("check", ".so")) else 0o100644) << 16
+            z.writestr(info, data)
+    return wheel
+
+
+def test_set_version_renames_everything_that_carries_the_version(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path)
+    new = wheelzip.set_version(wheel, "1.2.0+cpu.avx2")
+    assert new.name == "dot_lib-1.2.0+cpu.avx2-py3-none-manylinux_2_28_x86_64.whl"
+    assert not wheel.exists()
+    with zipfile.ZipFile(new) as z:
+        names = z.namelist()
+        metadata = z.read("dot_lib-1.2.0+cpu.avx2.dist-info/METADATA").decode()
+        record = z.read("dot_lib-1.2.0+cpu.avx2.dist-info/RECORD").decode()
+        modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in z.infolist()}
+    assert sorted(names) == sorted([
+        "dotlib/__init__.py", "dotlib/_manifest.json", "dot_lib-1.2.0+cpu.avx2.data/scripts/dotlib-check",
+        "dot_lib-1.2.0+cpu.avx2.dist-info/METADATA", "dot_lib-1.2.0+cpu.avx2.dist-info/WHEEL",
+        "dot_lib-1.2.0+cpu.avx2.dist-info/RECORD",
+    ])
+    assert names[-1].endswith("/RECORD")
+    assert "Version: 1.2.0+cpu.avx2\n" in metadata and "Name: dot-lib\n" in metadata
+    assert metadata.endswith("Release notes\nVersion: 1.1.0 fixed x\n")  # the description is left alone
+    assert "stale" not in record and record.splitlines()[-1] == "dot_lib-1.2.0+cpu.avx2.dist-info/RECORD,,"
+    assert wheelzip.record_problems(new) == []
+    assert modes["dot_lib-1.2.0+cpu.avx2.data/scripts/dotlib-check"] == 0o755
+    contents = wheelzip.inspect(new)
+    assert (contents.name, contents.version) == ("dot-lib", "1.2.0+cpu.avx2")
+    assert contents.manifest == {"schema": 2} and contents.manifest_dir == "dotlib"
+
+
+def test_set_version_then_normalize_is_deterministic(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = wheelzip.set_version(make_wheel(tmp_path / "a"), "1.2.0+cpu")
+    two = wheelzip.set_version(make_wheel(tmp_path / "b"), "1.2.0+cpu")
+    for w in (one, two):
+        wheelzip.normalize(w, 1_700_000_000)
+    assert one.read_bytes() == two.read_bytes()
+    assert wheelzip.record_problems(one) == []
+
+
+def test_set_version_to_the_same_version_keeps_the_file(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path)
+    assert wheelzip.set_version(wheel, "1.2.0") == wheel and wheel.is_file()
+    assert wheelzip.record_problems(wheel) == []
+
+
+def test_record_problems_finds_edits(tmp_path: Path) -> None:
+    good = wheelzip.set_version(make_wheel(tmp_path), "1.2.0+cpu")
+    bad = tmp_path / "bad.whl"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, b"VALUE = 2\n" if info.filename == "dotlib/__init__.py" else data)
+        dst.writestr("dotlib/extra.py", b"")
+    assert sorted(wheelzip.record_problems(bad)) == ["dotlib/__init__.py: hash differs from RECORD", "dotlib/extra.py: not in RECORD"]
+    norecord = tmp_path / "norecord.whl"
+    with zipfile.ZipFile(norecord, "w") as z:
+        z.writestr("a.py", "")
+    assert wheelzip.record_problems(norecord) == ["no RECORD"]
+
+
 # ------------------------------------------------------------ host CPU flags
 
 
 def test_cpu_flag_names_match_with_or_without_underscores() -> None:
-    assert hostcpu.match_flags(["avx512_vnni", "sse4_2", "amx_tile", "avx2"], ["avx512vnni", "sse4_2", "AVX2"]) == {"avx512_vnni", "sse4_2", "avx2"}
+    assert hostprobe.match_flags(["avx512_vnni", "sse4_2", "amx_tile", "avx2"], ["avx512vnni", "sse4_2", "AVX2"]) == {"avx512_vnni", "sse4_2", "avx2"}
+
+
+def test_cpu_flags_use_the_cpuinfo_spelling() -> None:
+    """/proc/cpuinfo and py-cpuinfo call SSE3 'pni': the hardware data says so."""
+    table = hardware().features["x86_64"]
+    aliases = {n: f.cpuinfo_name for n, f in table.items()}
+    haswell_flags = ["fpu", "sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "fma", "f16c", "avx2", "bmi1", "bmi2"]
+    found = hostprobe.match_flags(table, haswell_flags, aliases)
+    assert found == {"sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "fma", "f16c", "avx2", "bmi1", "bmi2"}
+    assert "sse3" not in hostprobe.match_flags(table, haswell_flags)  # without the spelling it is missed
+    arm = hardware().features["aarch64"]
+    assert hostprobe.match_flags(arm, ["fp", "asimd", "asimdhp", "asimddp", "asimdfhm", "sve", "sve2"]) == {
+        "asimd", "asimdhp", "asimddp", "asimdfhm", "sve", "sve2"}
+
+
+def test_host_features_of_another_arch_are_unavailable() -> None:
+    other = next(a for a in hardware().arches if a != host_arch())
+    features = hostprobe.host_features(other, hardware().features[other])
+    assert features.found == frozenset() and features.source == f"unavailable: the host is {host_arch()}"

@@ -41,7 +41,7 @@ _CMAKE_VARIANT = re.compile(r"variant '(\w+)'")
 
 @dataclass(frozen=True, kw_only=True)
 class Event:
-    kind: str  # stage | step | failed | created | nowork | cmake-error
+    kind: str  # stage | step | failed | created | nowork | cmake-error | skipped
     text: str
     stage: str | None = None
     target: str | None = None  # variant name, "probe" or "common"
@@ -87,6 +87,9 @@ def parse_line(line: str, variants: Sequence[str] = ()) -> Event | None:
     if stripped.startswith("CMake Error"):
         return Event(kind="cmake-error", text=stripped)
     mentioned = _CMAKE_VARIANT.search(stripped)
+    if mentioned and "cpubuild: skipping variant" in stripped:
+        # a warning (the compiler rejects an optional variant's flags): the build goes on without it
+        return Event(kind="skipped", text=stripped, target=mentioned.group(1))
     if mentioned and "cpubuild:" in stripped:
         return Event(kind="cmake-error", text=stripped, target=mentioned.group(1))
     return None

@@ -66,6 +66,19 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def _metadata_with_version(text: str, version: str) -> str:
+    """METADATA with its Version header replaced; the description (after the
+    first blank line) is left alone, whatever lines it holds."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            break  # end of the headers
+        if line.startswith("Version:"):
+            lines[i] = f"Version: {version}\n"
+            break
+    return "".join(lines)
+
+
 def set_version(wheel: Path, version: str) -> Path:
     """The same wheel under another version: file name, .dist-info / .data
     directories, METADATA's Version and a recomputed RECORD. Returns the new
@@ -80,9 +93,7 @@ def set_version(wheel: Path, version: str) -> Path:
         if top in (f"{dist}-{old}.dist-info", f"{dist}-{old}.data"):
             name = f"{dist}-{version}{top[len(dist) + 1 + len(old):]}/{tail}"
             if tail == "METADATA":
-                text = data.decode("utf-8")
-                data = "".join(f"Version: {version}\n" if line.startswith("Version:") else line
-                               for line in text.splitlines(keepends=True)).encode("utf-8")
+                data = _metadata_with_version(data.decode("utf-8"), version).encode("utf-8")
         renamed.append((name, attr, data))
     record = f"{dist}-{version}.dist-info/RECORD"
     rows = [f"{name},{_record_hash(data)},{len(data)}" for name, _, data in renamed if name != record]
