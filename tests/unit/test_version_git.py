@@ -1,4 +1,6 @@
-"""Version naming from git: pure rules, then real throw-away git repositories."""
+"""Version naming: git rules (pure, then real throw-away git repositories), a
+static [project] version (static_source_version), and the version provider
+scikit-build-core calls in every build (cpubuild.version_provider)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,16 @@ from pathlib import Path
 
 import pytest
 from conftest import require_tool
+from cpubuild import version_provider
 from cpubuild.errors import UsageError
-from cpubuild.wheelbuild import skbuild_version
 from cpubuild.wheelbuild.version import (
+    ZIP_EPOCH_MIN,
     GitState,
     compose,
     next_release,
     read_git_state,
     source_version,
+    static_source_version,
     version_from_env,
     version_from_git,
 )
@@ -85,10 +89,84 @@ def test_backend_provider_reads_the_environment_then_the_fallback(tmp_path: Path
     fallback = tmp_path / "_version.py"
     fallback.write_text('__version__ = "0.1.0"\n')
     settings = {"fallback": str(fallback)}
-    assert skbuild_version.resolve_version(settings, {}) == "0.1.0"
-    assert skbuild_version.resolve_version(settings, {"CPUKERN_BUILD_VERSION": "0.1.0.dev3+g1234567.cpu.avx2"}) == "0.1.0.dev3+g1234567.cpu.avx2"
-    with pytest.raises(ValueError, match="PEP 440"):
-        skbuild_version.resolve_version(settings, {"CPUKERN_BUILD_VERSION": "0.1.0+cpu.neon_bf16"})
+    resolve = version_provider.resolve_version
+    assert version_provider.ENV_VERSION == "CPUBUILD_BUILD_VERSION"
+    assert resolve(settings, {}) == "0.1.0"
+    assert resolve(settings, {"CPUBUILD_BUILD_VERSION": "0.1.0.dev3+g1234567.cpu.avx2"}) == "0.1.0.dev3+g1234567.cpu.avx2"
+    assert resolve(settings, {"CPUBUILD_BUILD_VERSION": "  "}) == "0.1.0"  # blank: unset
+    # the old project-specific variable means nothing any more
+    assert resolve(settings, {"CPUKERN_BUILD_VERSION": "9.9.9"}) == "0.1.0"
+    with pytest.raises(ValueError, match=r"CPUBUILD_BUILD_VERSION='0\.1\.0\+cpu\.neon_bf16' is not a canonical PEP 440"):
+        resolve(settings, {"CPUBUILD_BUILD_VERSION": "0.1.0+cpu.neon_bf16"})
+
+
+@pytest.mark.parametrize("text", ["1.0", "0.1.0.dev12+g1a2b3c4.cpu.avx512", "2.0rc1.post3.dev4", "1!2.0+cpu", "0.2.0+g1a2b3c4.dirty"])
+def test_provider_accepts_canonical_versions(text: str) -> None:
+    assert version_provider.PEP440.fullmatch(text)
+    assert str(Version(text)) == text
+
+
+@pytest.mark.parametrize("text", ["v1.0", "1.0-dev3", "1.0+cpu.neon_bf16", "1.0+CPU", "1.0.dev", "latest"])
+def test_provider_refuses_other_spellings(text: str) -> None:
+    assert not version_provider.PEP440.fullmatch(text)
+
+
+def test_provider_fallback_file_forms(tmp_path: Path) -> None:
+    path = tmp_path / "v.py"
+    for line in ('__version__ = "1.2.3"', "__version__='1.2.3'", '__version__: str = "1.2.3"', '"""doc"""\nX = 1\n__version__ = "1.2.3"'):
+        path.write_text(line + "\n")
+        assert version_provider.resolve_version({"fallback": str(path)}, {}) == "1.2.3", line
+    path.write_text("VERSION = '1.2.3'\n")
+    with pytest.raises(ValueError, match="no __version__"):
+        version_provider.resolve_version({"fallback": str(path)}, {})
+    with pytest.raises(ValueError, match="needs a 'fallback' file setting"):
+        version_provider.resolve_version({}, {})
+
+
+def test_provider_hook_reads_the_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fallback = tmp_path / "_version.py"
+    fallback.write_text('__version__ = "0.4.0"\n')
+    monkeypatch.delenv("CPUBUILD_BUILD_VERSION", raising=False)
+    assert version_provider.dynamic_metadata({"fallback": str(fallback)}, {"name": "x"}) == {"version": "0.4.0"}
+    monkeypatch.setenv("CPUBUILD_BUILD_VERSION", "0.4.0+cpu.avx2")
+    assert version_provider.dynamic_metadata({"fallback": str(fallback)}, {"name": "x"}) == {"version": "0.4.0+cpu.avx2"}
+
+
+def test_provider_is_registered_and_standard_library_only() -> None:
+    """Projects name it `provider = "cpubuild"`; it runs inside isolated builds."""
+    import ast
+    import sys
+    from importlib import metadata
+
+    found = [ep for ep in metadata.entry_points(group="dynamic_metadata.provider") if ep.name == "cpubuild"]
+    assert [ep.value for ep in found] == ["cpubuild.version_provider"]
+    assert found[0].load() is version_provider
+    tree = ast.parse(Path(version_provider.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+# ------------------------------------------------------------ static versions
+
+
+def test_static_version_is_used_as_written(tmp_path: Path) -> None:
+    v = static_source_version("1.2.0", tmp_path, {})
+    assert (v.public, v.local, v.text) == ("1.2.0", (), "1.2.0")
+    assert v.with_label(("cpu", "avx2")) == "1.2.0+cpu.avx2"
+    assert v.with_label(("cpu",)) == "1.2.0+cpu"
+    assert v.source_date_epoch == ZIP_EPOCH_MIN  # outside git, no SOURCE_DATE_EPOCH: 1980
+    assert "static" in v.origin
+    assert static_source_version("01.02.0", tmp_path, {}).text == "1.2.0"  # normalised
+    assert static_source_version("1.2.0", tmp_path, {"SOURCE_DATE_EPOCH": "1700000000"}).source_date_epoch == 1_700_000_000
+
+
+@pytest.mark.parametrize(("version", "words"), [("banana", "is not a PEP 440 version"), ("1.2.0+local", "has a local label")])
+def test_bad_static_versions_are_usage_errors(tmp_path: Path, version: str, words: str) -> None:
+    with pytest.raises(UsageError) as info:
+        static_source_version(version, tmp_path, {})
+    assert info.value.exit_code == 2
+    assert str(tmp_path / "pyproject.toml") in info.value.message and words in info.value.message
 
 
 # ------------------------------------------------------------ real git
@@ -146,3 +224,12 @@ def test_outside_git_the_base_version_is_marked(tmp_path: Path) -> None:
     v = source_version(tmp_path, tmp_path / "_version.py", {})
     assert v.text == "0.1.0+nogit"
     assert "CPUBUILD_VERSION" in v.origin
+
+
+def test_static_version_takes_the_commit_time_but_ignores_tags(repo: Path) -> None:
+    git(repo, "tag", "v9.0.0")
+    v = static_source_version("1.2.0", repo, {})
+    assert v.text == "1.2.0" and v.source_date_epoch == 1_650_000_002  # the commit time
+    (repo / "a.txt").write_text("changed\n")
+    assert static_source_version("1.2.0", repo, {}).text == "1.2.0"  # as written, dirty or not
+    assert static_source_version("1.2.0", repo, {"SOURCE_DATE_EPOCH": "1700000000"}).source_date_epoch == 1_700_000_000
