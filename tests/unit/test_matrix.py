@@ -332,6 +332,8 @@ BROKEN: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("extends an unknown variant", 'extends = "avx2"', 'extends = "avx3"', "variant 'avx512', field 'extends'", ("no variant 'avx3' to extend",)),
     ("extends a variant of another arch", 'extends = "avx2"', 'arch = "aarch64"\nextends = "avx2"', "variant 'avx512', field 'extends'",
      ("'avx2' is a x86_64 variant, this one is aarch64",)),
+    ("extends with an arch alias", 'extends = "avx2"', 'arch = "amd64"\nextends = "avx2"', "variant 'avx512', field 'arch'",
+     ("write the arch as 'x86_64'",)),
     ("extends an ambiguous name", 'name = "dotprod"', 'name = "baseline"', "variant 'avx2', field 'extends'",
      ("'baseline' names variants of several arches", 'add arch = "..."')),
     ("extends cycle", 'extends = "baseline"', 'extends = "avx512"', "variant 'avx512', field 'extends'",
