@@ -141,7 +141,7 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
 
 
 @click.command(name="init")
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=True, dir_okay=True))
+@click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
 @click.option("--name", required=True, help="Distribution name; the import package is NAME with '-' -> '_'.")
 @click.option("--arch", "arches", multiple=True, metavar="ARCH[,ARCH]",
               help=f"Arches to write variants for (default: {','.join(TEMPLATE_ARCHES)}).")

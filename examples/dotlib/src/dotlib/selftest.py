@@ -27,8 +27,9 @@ SIZES = (0, 1, 3, 15, 16, 17, 31, 32, 33, 64, 100, 1000, 65536 + 33)
 
 
 def exact_floats(rng: random.Random, n: int) -> list[float]:
-    """Multiples of 1/4 up to 8: every product and partial sum is exact in float32."""
-    return [rng.randint(-32, 32) / 4 for _ in range(n)]
+    """Multiples of 1/4 from -2 to 2: the products are multiples of 1/16 up to 4, so every
+    partial sum over the sizes below (under 4 * 65569 in steps of 1/16) is exact in float32."""
+    return [rng.randint(-8, 8) / 4 for _ in range(n)]
 
 
 @dataclass(frozen=True)
