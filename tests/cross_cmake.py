@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from conftest import REPO, run
+from cpubuild.cmake import CMAKE_DIR
 
 
 def cached_source(build: Path) -> str | None:
@@ -38,11 +39,12 @@ def locked(build: Path) -> Iterator[None]:
 
 
 def build_here(build: Path, *defines: str, timeout: float = 1800) -> None:
-    """cmake -S REPO -B build <defines>; cmake --build build -j2."""
+    """cmake -S REPO -B build <defines>; cmake --build build -j2 (cpubuild's CMake package
+    named directly, as any non-scikit-build-core build does: -Dcpubuild_DIR=$(cpubuild --cmake-dir))."""
     with locked(build):
         source = cached_source(build)
         if source is not None and Path(source) != REPO:
             (build / "CMakeCache.txt").unlink(missing_ok=True)
             shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
-        run(["cmake", "-S", str(REPO), "-B", str(build), "-G", "Ninja", *defines], timeout=timeout)
+        run(["cmake", "-S", str(REPO), "-B", str(build), "-G", "Ninja", f"-Dcpubuild_DIR={CMAKE_DIR}", *defines], timeout=timeout)
         run(["cmake", "--build", str(build), "-j2"], timeout=timeout)

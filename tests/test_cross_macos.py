@@ -2,7 +2,7 @@
 
 Real macOS wheels are built on a Mac with Apple clang (`cpubuild wheel` picks
 the macos platform there). Here the same CMake project is configured with
-cmake/toolchains/zig-macos.cmake: zig's clang (from the `ziglang` PyPI
+cpubuild's toolchain file zig-macos.cmake: zig's clang (from the `ziglang` PyPI
 package, with the macOS SDK headers it bundles) compiles and links every
 variant that has apple-clang flags in isa_matrix.toml, with those very flags.
 The result must be loadable Mach-O arm64 dylibs that use only system
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require, require_tool
+from cpubuild.cmake import TOOLCHAINS
+from cpubuild.emulate.rootfs import cache_dir
 from cpubuild.matrix import load_matrix
 from cpubuild.platforms.macos import macho_problems, parse_tag, read_macho
-from cpubuild.emulate.rootfs import cache_dir
 from cross_cmake import build_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.cross]
@@ -71,14 +72,14 @@ def build_dir() -> Path:
     require(importlib.util.find_spec("ziglang") is not None, "the ziglang package is not installed (pip install ziglang; scripts/setup.sh does)")
     require_tool("cmake", "ninja")
     build = Path(os.environ.get("CPUBUILD_TEST_CACHE") or cache_dir() / "wheel-tests") / "zig-macos"
-    build_here(build, f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'cmake/toolchains/zig-macos.cmake'}",
-               f"-DCPUKERN_ZIG_PYTHON={sys.executable}")
+    build_here(build, f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAINS / 'zig-macos.cmake'}",
+               f"-DCPUBUILD_ZIG_PYTHON={sys.executable}")
     return build
 
 
 def test_every_apple_clang_variant_builds_a_portable_dylib(build_dir: Path) -> None:
     tag = parse_tag(str(MATRIX.arches[ARCH].macos))
-    manifest = json.loads((build_dir / "_manifest.json").read_text())
+    manifest = json.loads((build_dir / "cpubuild" / "_manifest.json").read_text())
     assert manifest["arch"] == ARCH
     assert [v["name"] for v in manifest["variants"] if v["built"]] == MAC_VARIANTS
     for name in [*MAC_VARIANTS, "probe"]:
@@ -87,7 +88,8 @@ def test_every_apple_clang_variant_builds_a_portable_dylib(build_dir: Path) -> N
         info = read_macho(data)
         assert macho_problems(path.name, info, tag) == [], info
         assert info.minos is not None
-        symbols = (b"_cpukern_probe_sysctl",) if name == "probe" else (b"_cpukern_rms_norm", b"_cpukern_variant_name")
+        symbols = (b"_cpubuild_probe_sysctl",) if name == "probe" else (b"_cpukern_rms_norm", b"_cpukern_variant_name",
+                                                                        b"_cpubuild_variant_name")
         for symbol in symbols:
             assert symbol + b"\0" in data, f"{path.name} lacks {symbol.decode()}"
     assert not (build_dir / "_cpukern_sve.dylib").exists()  # no apple-clang flags: Linux only

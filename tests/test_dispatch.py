@@ -247,7 +247,7 @@ def test_missing_manifest_is_a_clean_error(package_copy: Path) -> None:
 
 @pytest.mark.slow
 def test_subset_build(work: Path) -> None:
-    """`-C cmake.define.CPUKERN_ISA=avx2` builds baseline + avx2 only; the others are known but not built."""
+    """`-C cmake.define.CPUBUILD_ISA=avx2` builds baseline + avx2 only; the others are known but not built."""
     require(ARCH == "x86_64", "x86_64 only")
     require_tool("cmake", "ninja")
     cache = Path(os.environ.get("CPUBUILD_CACHE", "/var/cache/cpubuild"))
@@ -258,7 +258,7 @@ def test_subset_build(work: Path) -> None:
         env = clean_env()
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-build-isolation",
-         "--no-deps", "--target", str(target), "-C", "cmake.define.CPUKERN_ISA=avx2",
+         "--no-deps", "--target", str(target), "-C", "cmake.define.CPUBUILD_ISA=avx2",
          "-C", f"build-dir={cache}/build-test-subset-avx2", str(REPO)],
         capture_output=True, text=True, timeout=900, env=env, check=False,
     )

@@ -1,6 +1,7 @@
-"""`cpubuild bench` against the installed cpukern: a small real run (every
-runnable variant, one GEMM and one foundation op) with --json and --plot,
-bad arguments, and the table / targets rendering on made-up records."""
+"""`cpubuild bench` against the installed cpukern: a small real run of the
+project's declared benchmark (benchmarks/bench_variants.py; every runnable
+variant, one GEMM and one foundation op) with --json and --plot, bad
+arguments, and the table / targets rendering on made-up records."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ pytest.importorskip("numpy")
 pytest.importorskip("ml_dtypes")
 
 import cpukern
-from cpubuild.commands.bench import render, targets
+from conftest import REPO
+from cpubuild.commands.bench import render
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_variants import targets
 
 CLI = "import sys; from cpubuild.cli import main; main(sys.argv[1:])"
 
 
 def cpubuild(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
 def test_json_records_and_plot(tmp_path: Path) -> None:
@@ -69,8 +74,8 @@ def test_render_shows_ratios_and_targets() -> None:
         rec("gemm_bf16", 256, "baseline", 900000.0, 30000000.0, None),
         rec("gemm_bf16", 256, "avx2", 300000.0, 30000000.0, None),
     ]
-    meta = {"cpukern": "0", "selected": "avx2", "allocator": "tcmalloc (x)", "torch": "torch 2", "variants": ["baseline", "avx2"]}
-    text = render({"meta": meta, "records": records})
+    meta = {"title": "cpukern 0", "selected": "avx2", "allocator": "tcmalloc (x)", "torch": "torch 2"}
+    text = render({"meta": meta, "records": records, "targets": targets(records, ["baseline", "avx2"])}, ["baseline", "avx2"])
     assert "60.00x" in text  # vs torch at M=1
     assert "3.00x" in text  # the ladder at M=256
     assert "target: gemm_bf16 M=256 avx2 vs baseline: 3.00x (>= 4.0x: MISSED)" in text

@@ -25,19 +25,19 @@ from pathlib import Path
 
 import pytest
 from conftest import CPUKERN_MATRIX, require, require_tool
+from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 
 pytestmark = pytest.mark.qemu
 
 QEMU = "qemu-x86_64-static"
 MATRIX = load_matrix(CPUKERN_MATRIX)
-# Matrix features each QEMU CPU model has (Intel: Nehalem SSE4.2, no XSAVE;
-# Sandy Bridge + XSAVE/AVX; Haswell + AVX2/FMA/F16C, no AVX-512).
-MODELS = {
-    "Nehalem": {"sse2", "sse4_2"},
-    "SandyBridge": {"sse2", "sse4_2", "avx"},
-    "Haswell": {"sse2", "sse4_2", "avx", "avx2", "fma", "f16c"},
-}
+# The features each QEMU CPU model has, as cpubuild's hardware data lists them
+# (Intel: Nehalem SSE4.2 + POPCNT, no XSAVE; Sandy Bridge + XSAVE/AVX; Haswell +
+# AVX2/FMA/F16C/BMI, no AVX-512): the probe must find exactly these, which
+# checks the data `cpubuild ci` and `cpubuild test --expect auto` rely on.
+MODELS = {m.cpu: set(m.features) for m in hardware().qemu["x86_64"]}
+assert set(MODELS) == {"Nehalem", "SandyBridge", "Haswell"}
 
 
 def best_variant(features: set[str]) -> str:
@@ -109,7 +109,9 @@ def test_forced_avx2_under_sandybridge_fails_cleanly(work: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     err = errors_only(proc.stderr)
     assert "Traceback" not in err
-    assert "CPUKERN_ISA=avx2: this CPU cannot run variant 'avx2'; missing features: avx2, fma, f16c" in err
+    lacking = [f for f in MATRIX.variant("x86_64", "avx2").requires if f not in MODELS["SandyBridge"]]
+    assert lacking == ["fma", "f16c", "avx2"]
+    assert f"CPUKERN_ISA=avx2: this CPU cannot run variant 'avx2'; missing features: {', '.join(lacking)}" in err
 
 
 # Runs inside the emulated interpreter: every op on the selected variant against

@@ -27,6 +27,7 @@ from conftest import REPO, require, require_tool, run
 from cpubuild.errors import BuildFailedError
 from cpubuild.matrix import load_matrix
 from cpubuild.wheelbuild import repair
+from oracle import oracle_features, oracle_ranking
 from packaging.utils import parse_wheel_filename
 
 MATRIX = load_matrix(REPO / "isa_matrix.toml")
@@ -61,22 +62,13 @@ def build(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> di
     return summary
 
 
-def host_cpu_flags() -> set[str]:
-    """The oracle: this host's CPU flags as the kernel reports them."""
-    text = Path("/proc/cpuinfo").read_text()
-    match = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    return {f.replace("_", "") for f in (match.group(1).split() if match else [])}
-
-
 def expected_selection(variants: list[str]) -> str:
-    flags = host_cpu_flags()
-    runnable = [v for v in MATRIX.variants_for(ARCH) if v.name in variants and all(f.replace("_", "") in flags for f in v.requires)]
-    return runnable[-1].name
+    """The oracle's pick (tests/oracle.py: this host's /proc/cpuinfo)."""
+    return oracle_ranking(MATRIX, variants)[0]
 
 
 def host_runs(variant: str) -> bool:
-    flags = host_cpu_flags()
-    return all(f.replace("_", "") in flags for f in MATRIX.variant(ARCH, variant).requires)
+    return set(MATRIX.variant(ARCH, variant).requires) <= oracle_features()
 
 
 def so_files(wheel: Path) -> set[str]:
