@@ -10,7 +10,7 @@ APT_PACKAGES=(
   g++-aarch64-linux-gnu g++-s390x-linux-gnu
   docker.io debootstrap
   nginx-light libtcmalloc-minimal4
-  libsimde-dev
+  libsimde-dev cpio sudo
 )
 # apt_install [apt-get options] -- PACKAGE...: installs those not installed yet.
 apt_install() {

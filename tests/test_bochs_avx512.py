@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from conftest import REPO, require, require_tool, run
 from cpubuild.emulate.bochs import BIOS, ISOLINUX_FILES, VGABIOS, BochsRun, GuestCommand, run_wheel
-from cpubuild.matrix import load_matrix
 from cpubuild.emulate.rootfs import cache_dir
+from cpubuild.matrix import load_matrix
 
 pytestmark = [pytest.mark.slow, pytest.mark.bochs]
 

@@ -12,13 +12,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 from cpubuild.emulate import bochs
 from cpubuild.errors import ToolMissingError, UsageError
 
 
 def test_cpio_is_read_by_gnu_cpio(tmp_path: Path) -> None:
-    if shutil.which("cpio") is None:
-        pytest.skip("cpio is not installed")
+    require_tool("cpio")
     tree = tmp_path / "tree"
     (tree / "usr/share/doc").mkdir(parents=True)
     (tree / "usr/share/doc/big").write_text("pruned")

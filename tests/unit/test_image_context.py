@@ -1,5 +1,5 @@
 """The build context `cpubuild image` sends: source files git knows, no build
-outputs, and a given wheel in docker/wheels/ only."""
+outputs, and cpubuild's own `.cpubuild/` folder made for this build only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_tool
-from cpubuild.docker.context import build_context, source_files
+from cpubuild.docker.context import build_context, generated_files, source_files
 
 
 def _tree(root: Path) -> None:
@@ -19,8 +19,8 @@ def _tree(root: Path) -> None:
         "tools/cpubuild/build/plan.py": "# a package named build, deep in the tree\n",
         "build/cp311/CMakeCache.txt": "build output\n",
         "wheelhouse/cpukern-0.1-py3-none-linux_x86_64.whl": "old wheel\n",
-        "docker/wheels/.gitignore": "*\n!.gitignore\n",
-        "docker/wheels/stale-py3-none-linux_x86_64.whl": "a wheel someone left here\n",
+        ".cpubuild/wheel/stale-py3-none-linux_x86_64.whl": "a wheel someone left here\n",
+        ".cpubuild/Dockerfile": "FROM stale\n",
         "python/cpukern/__pycache__/x.cpython-311.pyc": "bytecode\n",
         "notes-untracked.txt": "work in progress\n",
         "ignored.log": "ignored\n",
@@ -41,7 +41,8 @@ def repo(tmp_path: Path) -> Path:
     require_tool("git")
     _tree(tmp_path)
     _git(tmp_path, "init", "-q")
-    _git(tmp_path, "add", "isa_matrix.toml", "csrc", ".gitignore", "docker/wheels/.gitignore")
+    _git(tmp_path, "add", "isa_matrix.toml", "csrc", ".gitignore")
+    _git(tmp_path, "add", "-f", ".cpubuild/Dockerfile")  # even tracked, .cpubuild/ is this build's
     _git(tmp_path, "add", "-f", "tools/cpubuild/build/plan.py")
     return tmp_path
 
@@ -49,7 +50,6 @@ def repo(tmp_path: Path) -> Path:
 EXPECTED = {
     ".gitignore",
     "csrc/kernels/norm.cpp",
-    "docker/wheels/.gitignore",
     "isa_matrix.toml",
     "notes-untracked.txt",
     "tools/cpubuild/build/plan.py",
@@ -67,14 +67,24 @@ def test_without_git_the_same_outputs_stay_out(tmp_path: Path) -> None:
     assert got == EXPECTED | {"ignored.log"}
 
 
-def test_context_tar_holds_sources_and_the_given_wheel_only(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+GENERATED = {".cpubuild/wheel/.keep", ".cpubuild/ca-certificates/.keep", ".cpubuild/tool/.keep",
+             ".cpubuild/entrypoint.sh", ".cpubuild/install.py"}
+
+
+def test_context_tar_holds_sources_and_this_builds_files_only(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     wheel = tmp_path_factory.mktemp("wheels") / "cpukern-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
     wheel.write_bytes(b"PK fake")
-    context = build_context(repo, wheel=wheel)
+    generated = generated_files(dockerfile="FROM scratch\n", wheel=wheel, ca_certificates=[], tool_wheel=None)
+    context = build_context(repo, generated)
     with context.file, tarfile.open(fileobj=context.file) as tar:
         members = {m.name: m for m in tar.getmembers()}
-        assert set(members) == EXPECTED | {f"docker/wheels/{wheel.name}"}
+        assert set(members) == EXPECTED | GENERATED | {f".cpubuild/wheel/{wheel.name}", ".cpubuild/Dockerfile"}
         assert all(m.uid == 0 and m.gid == 0 for m in members.values())
-        extracted = tar.extractfile(members[f"docker/wheels/{wheel.name}"])
+        extracted = tar.extractfile(members[f".cpubuild/wheel/{wheel.name}"])
         assert extracted is not None and extracted.read() == b"PK fake"
-    assert context.files == len(EXPECTED) + 1
+        dockerfile = tar.extractfile(members[".cpubuild/Dockerfile"])
+        assert dockerfile is not None and dockerfile.read() == b"FROM scratch\n"  # this build's, not the tree's
+        assert members[".cpubuild/entrypoint.sh"].mode == 0o755
+        installer = tar.extractfile(members[".cpubuild/install.py"])
+        assert installer is not None and b"import cpubuild" not in installer.read()  # runs without cpubuild
+    assert context.files == len(EXPECTED) + len(GENERATED) + 2

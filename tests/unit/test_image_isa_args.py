@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import CPUKERN_MATRIX
 from cpubuild.docker import dockerfile, isa_args
-from cpubuild.matrix import DEFAULT_MATRIX, Matrix, load_matrix, parse_matrix
+from cpubuild.matrix import Matrix, load_matrix, parse_matrix
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,18 +27,12 @@ def matrix() -> Matrix:
 
 
 def _matrix_with_extra_variant() -> Matrix:
-    data = tomllib.loads(DEFAULT_MATRIX.read_text())
+    data = tomllib.loads(CPUKERN_MATRIX.read_text())
     data["variant"].append(
-        {
-            "name": "avx10",
-            "arch": "x86_64",
-            "priority": 99,
-            "requires": ["avx2"],
-            "description": "a future variant",
-            "flags": {"gcc": ["-mavx2"], "clang": ["-mavx2"]},
-        }
+        {"name": "avx10", "extends": "amx", "priority": 99, "requires": ["avx512_fp16"], "description": "a future variant",
+         "flags": ["-mavx512fp16"]}
     )
-    return parse_matrix(data, DEFAULT_MATRIX)
+    return parse_matrix(data, CPUKERN_MATRIX)
 
 
 def test_repository_dockerfile_is_in_sync_with_the_matrix(matrix: Matrix) -> None:
@@ -46,12 +40,11 @@ def test_repository_dockerfile_is_in_sync_with_the_matrix(matrix: Matrix) -> Non
 
 
 def test_one_declared_arg_per_optional_variant_and_no_other(matrix: Matrix) -> None:
-    raw = tomllib.loads(DEFAULT_MATRIX.read_text())["variant"]
-    expected = {"CPUKERN_CPU_" + v["name"].upper() for v in raw if v["requires"]}
-    declared = {a for a in dockerfile.declared_args(DOCKERFILE.read_text()) if a.startswith("CPUKERN_CPU_")}
+    expected = {"CPUBUILD_CPU_" + v.name.upper() for v in matrix.variants if not v.is_baseline}
+    declared = {a for a in dockerfile.declared_args(DOCKERFILE.read_text()) if a.startswith("CPUBUILD_CPU_")}
     assert declared == expected
     # baselines are in every wheel: no arg can drop them
-    assert "CPUKERN_CPU_BASELINE" not in declared and "CPUKERN_CPU_NEON" not in declared
+    assert "CPUBUILD_CPU_BASELINE" not in declared and "CPUBUILD_CPU_NEON" not in declared
 
 
 def test_a_new_variant_makes_the_block_stale_and_sync_adds_only_its_arg(matrix: Matrix) -> None:
@@ -60,10 +53,10 @@ def test_a_new_variant_makes_the_block_stale_and_sync_adds_only_its_arg(matrix: 
     assert not isa_args.check_block(text, bigger)
     synced = isa_args.sync_block(text, bigger)
     assert isa_args.check_block(synced, bigger)
-    assert "ARG CPUKERN_CPU_AVX10=" in synced
+    assert "ARG CPUBUILD_CPU_AVX10=" in synced
     old_lines, new_lines = text.splitlines(), synced.splitlines()
     added = [line for line in new_lines if line not in old_lines]
-    assert added == ["# x86_64: a future variant", "ARG CPUKERN_CPU_AVX10="]
+    assert added == ["# x86_64: a future variant", "ARG CPUBUILD_CPU_AVX10="]
     assert isa_args.sync_block(synced, bigger) == synced  # idempotent
 
 
@@ -78,28 +71,28 @@ def test_a_dockerfile_without_markers_is_refused(matrix: Matrix) -> None:
 def test_env_with_nothing_set_means_every_variant(matrix: Matrix) -> None:
     for arch in matrix.arches:
         assert isa_args.isas_from_env(matrix, arch, {}) is None
-        assert isa_args.isas_from_env(matrix, arch, {"CPUKERN_CPU_AVX2": ""}) is None
+        assert isa_args.isas_from_env(matrix, arch, {"CPUBUILD_CPU_AVX2": ""}) is None
 
 
 def test_true_selects_exactly_those_plus_the_baseline(matrix: Matrix) -> None:
-    env = {"CPUKERN_CPU_AVX512": "true", "CPUKERN_CPU_AVX2": "TRUE"}
+    env = {"CPUBUILD_CPU_AVX512": "true", "CPUBUILD_CPU_AVX2": "TRUE"}
     assert isa_args.isas_from_env(matrix, "x86_64", env) == ["baseline", "avx2", "avx512"]
 
 
 def test_false_alone_leaves_a_variant_out_of_all(matrix: Matrix) -> None:
-    got = isa_args.isas_from_env(matrix, "x86_64", {"CPUKERN_CPU_AMX": "false"})
+    got = isa_args.isas_from_env(matrix, "x86_64", {"CPUBUILD_CPU_AMX": "false"})
     assert got == [v.name for v in matrix.variants_for("x86_64") if v.name != "amx"]
 
 
 def test_args_of_other_arches_set_false_are_ignored_and_true_is_an_error(matrix: Matrix) -> None:
-    assert isa_args.isas_from_env(matrix, "x86_64", {"CPUKERN_CPU_NEON_BF16": "false"}) is None
-    with pytest.raises(isa_args.IsaArgsError, match=r"CPUKERN_CPU_NEON_BF16=true names the aarch64 variant 'neon_bf16'; this build is for x86_64"):
-        isa_args.isas_from_env(matrix, "x86_64", {"CPUKERN_CPU_NEON_BF16": "true"})
+    assert isa_args.isas_from_env(matrix, "x86_64", {"CPUBUILD_CPU_NEON_BF16": "false"}) is None
+    with pytest.raises(isa_args.IsaArgsError, match=r"CPUBUILD_CPU_NEON_BF16=true names the aarch64 variant 'neon_bf16'; this build is for x86_64"):
+        isa_args.isas_from_env(matrix, "x86_64", {"CPUBUILD_CPU_NEON_BF16": "true"})
 
 
 def test_a_value_that_is_not_a_boolean_is_an_error(matrix: Matrix) -> None:
-    with pytest.raises(isa_args.IsaArgsError, match=r"CPUKERN_CPU_AVX2='maybe': use true or false"):
-        isa_args.isas_from_env(matrix, "x86_64", {"CPUKERN_CPU_AVX2": "maybe"})
+    with pytest.raises(isa_args.IsaArgsError, match=r"CPUBUILD_CPU_AVX2='maybe': use true or false"):
+        isa_args.isas_from_env(matrix, "x86_64", {"CPUBUILD_CPU_AVX2": "maybe"})
 
 
 def test_build_args_round_trip_through_the_environment_for_every_subset(matrix: Matrix) -> None:
@@ -122,20 +115,19 @@ def test_build_args_round_trip_through_the_environment_for_every_subset(matrix: 
 
 
 def test_module_entry_point_prints_the_list(matrix: Matrix, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("CPUKERN_CPU_AVX2", "true")
-    assert isa_args._main(["--arch", "x86_64"]) == 0
+    monkeypatch.setenv("CPUBUILD_CPU_AVX2", "true")
+    assert isa_args._main(["--project", str(REPO), "--arch", "x86_64"]) == 0
     assert capsys.readouterr().out.strip() == "baseline,avx2"
-    monkeypatch.setenv("CPUKERN_CPU_AVX2", "perhaps")
-    assert isa_args._main(["--arch", "x86_64"]) == 2
+    monkeypatch.setenv("CPUBUILD_CPU_AVX2", "perhaps")
+    assert isa_args._main(["--project", str(REPO), "--arch", "x86_64"]) == 2
     assert "use true or false" in capsys.readouterr().err
 
 
-def test_requirements_come_from_the_pyproject_files() -> None:
+def test_requirements_are_the_build_requirements_but_cpubuild() -> None:
+    """The image's build stage installs cpubuild from the wheel of the cpubuild that runs; the rest from PyPI."""
     from cpubuild.docker.requirements import requirements
 
     reqs = requirements(REPO)
     package = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
-    tools = tomllib.loads((REPO / "tools" / "pyproject.toml").read_text())["project"]["dependencies"]
-    for req in [*package, *tools]:
-        assert req in reqs
-    assert len(reqs) == len(set(reqs))
+    assert reqs == [r for r in package if not r.startswith("cpubuild")]
+    assert any(r.startswith("scikit-build-core") for r in reqs) and len(reqs) == len(package) - 1

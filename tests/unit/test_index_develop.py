@@ -1,5 +1,5 @@
 """`cpubuild develop --precompiled`: which published wheel it takes, and which
-wheel members it lets into python/."""
+wheel members it lets into the package's source directory (build products only)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cpubuild.commands.develop import BINARY_MEMBER, PrecompiledNotFoundError, choose_wheel, extract_binaries
+from cpubuild.commands.develop import Checkout, PrecompiledNotFoundError, built_members, choose_wheel, extract_binaries
 from cpubuild.index.client import RemoteFile
 from packaging import tags
 
@@ -31,24 +31,28 @@ def test_prefers_installable_all_variant_newest() -> None:
         remote("other-9.0-py3-none-any.whl"),
         remote("cpukern-0.1.0.tar.gz"),
     ]
-    chosen = choose_wheel(files, LINUX_X86)
+    chosen = choose_wheel(files, LINUX_X86, "cpukern")
     assert chosen is not None
     assert chosen.filename == "cpukern-0.1.0.dev3+gabc.cpu-py3-none-manylinux_2_28_x86_64.whl"
 
 
 def test_nothing_installable_is_none() -> None:
-    assert choose_wheel([remote("cpukern-0.1.0-py3-none-manylinux_2_28_s390x.whl")], LINUX_X86) is None
-    assert choose_wheel([], LINUX_X86) is None
+    assert choose_wheel([remote("cpukern-0.1.0-py3-none-manylinux_2_28_s390x.whl")], LINUX_X86, "cpukern") is None
+    assert choose_wheel([], LINUX_X86, "cpukern") is None
+    assert choose_wheel([remote("other-9.0-py3-none-any.whl")], LINUX_X86, "cpukern") is None
 
 
 @pytest.mark.parametrize(
     ("member", "allowed"),
     [("cpukern/_cpukern_avx2.so", True), ("cpukern/_cpukern_probe.so", True), ("cpukern/_manifest.json", True),
-     ("cpukern.libs/libgomp-a34b3233.so.1.0.0", True), ("cpukern/__init__.py", False), ("cpukern/../x.so", False),
-     ("cpukern/sub/x.so", False), ("cpukern-0.1.0.dist-info/RECORD", False), ("evil.so", False)],
+     ("cpukern/_cpubuild/dispatch.py", True), ("cpukern.libs/libgomp-a34b3233.so.1.0.0", True),
+     ("cpukern/_version.py", True),  # generated at build time: not in the sources
+     ("cpukern/__init__.py", False), ("cpukern/../x.so", False), ("/cpukern/x.so", False),
+     ("cpukern-0.1.0.dist-info/RECORD", False), ("evil.so", False), ("cpukernx/x.so", False)],
 )
-def test_only_build_products_are_extracted(member: str, allowed: bool) -> None:
-    assert bool(BINARY_MEMBER.match(member)) is allowed
+def test_only_build_products_are_extracted(tmp_path: Path, member: str, allowed: bool) -> None:
+    (tmp_path / "__init__.py").write_text("")
+    assert (built_members([member], "cpukern", tmp_path) == [member]) is allowed
 
 
 def test_extract_replaces_stale_variants_and_requires_a_manifest(tmp_path: Path) -> None:
@@ -64,10 +68,11 @@ def test_extract_replaces_stale_variants_and_requires_a_manifest(tmp_path: Path)
                 z.writestr(name, data)
         return buf.getvalue()
 
+    checkout = Checkout(root=tmp_path, name="cpukern", package="cpukern", source=pkg)
     with pytest.raises(PrecompiledNotFoundError):
-        extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"x"}), tmp_path)
+        extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"x"}), checkout)
     assert (pkg / "_cpukern_old.so").exists()  # nothing touched
-    got = extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"new", "cpukern/_manifest.json": b"{}", "cpukern/__init__.py": b"no"}), tmp_path)
+    got = extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"new", "cpukern/_manifest.json": b"{}", "cpukern/__init__.py": b"no"}), checkout)
     assert got == ["cpukern/_cpukern_avx2.so", "cpukern/_manifest.json"]
     assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "_cpukern_avx2.so", "_manifest.json"]
     assert (pkg / "__init__.py").read_text() == ""  # sources never come from the wheel

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import click
 from packaging import tags
@@ -140,8 +140,9 @@ def built_members(names: list[str], package: str, source: Path) -> list[str]:
     (variant libraries, probe, manifest, the copied runtime), plus auditwheel's <package>.libs/."""
     out = []
     for name in names:
-        if name.endswith("/"):
-            continue
+        parts = PurePosixPath(name).parts
+        if name.endswith("/") or name.startswith("/") or ".." in parts:
+            continue  # a directory, or a member that would escape the package
         if name.startswith(f"{package}.libs/") or (name.startswith(f"{package}/") and not (source / name[len(package) + 1:]).is_file()):
             out.append(name)
         elif name.startswith(f"{package}/") and (name.endswith("/_manifest.json") or "/_cpubuild/" in name):
