@@ -53,7 +53,8 @@ def plan_from_options(
         platform=platform.name,
         source=project.source_version(),
         build_root=options.build_root or project.root / "build" / "cpubuild",
-        out_dir=Path.cwd() / options.out,
+        # given paths are absolute by now; the default wheelhouse/ is the project's (where `cpubuild test --project` looks)
+        out_dir=project.root / options.out,
         frontend=(("uv" if shutil.which("uv") else "build") if options.frontend == "auto" else options.frontend),
         isolated=isolated,
         jobs=options.jobs or os.cpu_count() or 1,
@@ -74,7 +75,7 @@ def plan_from_options(
                    "'all' (default: every variant of the arch) or 'native' (the best this host runs). "
                    "The baseline is always included.")
 @click.option("--arch", help="Target arch from isa_matrix.toml (default: the host's).")
-@click.option("--out", type=click.Path(path_type=Path), help="Output directory (default: wheelhouse/).")
+@click.option("--out", type=click.Path(path_type=Path), help="Output directory (default: <project>/wheelhouse/).")
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
 @click.option("--build-root", type=click.Path(path_type=Path), help="Where the per-(arch, ISA set) build directories live (default: <project>/build/cpubuild).")
