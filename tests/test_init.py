@@ -162,13 +162,14 @@ def test_init_build_install_and_its_own_tests_pass(public_cpubuild: PublicCpubui
     require_tool("cmake")
     project = tmp_path / "my-dots"
     public_cpubuild.cli("init", str(project), "--name", "my-dots", "--arch", "x86_64,aarch64", cwd=tmp_path)
-    _, summary = public_cpubuild.json("wheel", "--project", str(project), "--out", str(tmp_path / "wheelhouse"),
-                                      "--build-root", str(tmp_path / "build"), cwd=tmp_path)
+    # no --out: the wheel goes to the project's wheelhouse/, as the README and init's hint say
+    _, summary = public_cpubuild.json("wheel", "--project", str(project), "--build-root", str(tmp_path / "build"),
+                                      cwd=tmp_path)
     assert summary["ok"], summary
     matrix = load_matrix(project / "isa_matrix.toml")
     assert sorted(summary["wheel"]["variants"]) == sorted(v.name for v in matrix.variants_for(ARCH))
     wheel = Path(summary["wheel"]["path"])
-    assert wheel.name.startswith("my_dots-0.1.0+")
+    assert wheel.parent == project / "wheelhouse" and wheel.name.startswith("my_dots-0.1.0+")
     python = fresh_venv(tmp_path / "venv", str(wheel), "pytest")
     env = clean_env()
     tests = run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project, env=env, check=False, timeout=600)
