@@ -217,10 +217,15 @@ def test_publishers_killed_midway_leave_a_valid_index(tmp_path: Path) -> None:
     root = tmp_path / "index"
     rng = random.Random(1234)
     sets = [synthetic_wheels(tmp_path, w, 12) for w in range(4)]
+    # how long the publishers take here, so the kills land while they run on fast hosts too
+    started = time.monotonic()
+    for proc in [start_worker(str(tmp_path / "timing"), COMMIT_A, s) for s in sets]:
+        proc.communicate(timeout=600)
+    duration = time.monotonic() - started
     killed_running = 0
     for _ in range(4):
         workers = [start_worker(str(root), COMMIT_A, s) for s in sets]
-        time.sleep(rng.uniform(0.2, 1.2))
+        time.sleep(rng.uniform(0.15, 0.7) * duration)
         for proc in workers:
             if proc.poll() is None:
                 killed_running += 1
