@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from conftest import REPO, require, require_tool, run, skip_host_fact
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import ARCH, oracle_features, oracle_ranking
@@ -166,7 +166,7 @@ def test_forcing_a_variant_this_cpu_lacks_fails_cleanly(name: str, installed: Ca
     example, have = EXAMPLES[name], oracle_features()
     lacking = [v for v in example.matrix.variants_for(ARCH) if not set(v.requires) <= have]
     if not lacking:
-        pytest.skip(f"this CPU runs every {ARCH} variant of {name} (oracle: /proc/cpuinfo): nothing to force")
+        skip_host_fact(f"this CPU runs every {ARCH} variant of {name} (oracle: /proc/cpuinfo): nothing to force")
     variant = lacking[-1]
     proc = report(installed(name), example, tmp_path, **{f"{example.prefix}_ISA": variant.name})
     assert_clean_failure(proc, variant.name, set(variant.requires) - have)
