@@ -9,7 +9,7 @@ start=$(date +%s)
 bash scripts/setup.sh
 
 echo "== lint"
-python3 -m ruff check python tools tests benchmarks
+python3 -m ruff check python tools tests benchmarks examples
 python3 -m mypy
 
 echo "== build and install cpukern for this host"

@@ -3,13 +3,12 @@
 The amd64 runtime image compiles its wheel in the build stage; the arm64 one is
 assembled from a wheel cross-compiled on the host and runs under QEMU. What the
 images must select comes from an oracle independent of cpukern: this host's
-/proc/cpuinfo flags (Linux lists AVX/AVX-512/AMX only when the kernel enabled
-their state) and, for arm64, QEMU's default `max` CPU, which has every feature.
+/proc/cpuinfo flags (tests/oracle.py) and, for arm64, QEMU's default `max`
+CPU, which has every feature.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -24,7 +23,9 @@ from typing import Any
 import pytest
 from conftest import CPUKERN_MATRIX, REPO, require, require_tool
 from cpubuild.docker.base import base_tag
+from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
+from oracle import oracle_features
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -62,21 +63,8 @@ def built_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def cpuinfo_features() -> set[str]:
-    """The matrix's x86 features this host has, read from /proc/cpuinfo."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            flags = set(value.split())
-            found = {name for name in MATRIX.features["x86_64"] if name in flags}
-            if any(f.startswith("amx") for f in found) and not _amx_permitted():
-                found = {f for f in found if not f.startswith("amx")}
-            return found
-    pytest.fail("/proc/cpuinfo has no flags line")
-
-
-def _amx_permitted() -> bool:
-    libc = ctypes.CDLL(None, use_errno=True)
-    return bool(libc.syscall(158, 0x1023, 18) == 0)  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)
+    """The x86 features this host has, by the oracle (tests/oracle.py)."""
+    return oracle_features("x86_64")
 
 
 def expected_best(arch: str, features: set[str] | None, built: set[str]) -> str:
@@ -193,10 +181,10 @@ def test_amd64_runtime_is_slim_non_root_and_tuned(amd64_runtime: dict[str, Any])
 
 
 def test_missing_tcmalloc_is_a_warning_not_a_crash(amd64_runtime: dict[str, Any]) -> None:
-    script = "rm -f /usr/lib/*/libtcmalloc_minimal.so.4* && exec /usr/local/bin/cpukern-entrypoint python3 -m cpukern --json"
+    script = "rm -f /usr/lib/*/libtcmalloc_minimal.so.4* && exec /usr/local/bin/cpubuild-entrypoint python3 -m cpukern --json"
     proc = docker_run(amd64_runtime["tag"], "-c", script, entrypoint="/bin/sh", user="root")
     assert proc.returncode == 0, proc.stderr
-    assert "cpukern: warning: LD_PRELOAD names /usr/local/lib/libtcmalloc_minimal.so.4, which is missing" in proc.stderr
+    assert "entrypoint: warning: LD_PRELOAD names /usr/local/lib/libtcmalloc_minimal.so.4, which is missing" in proc.stderr
     assert json.loads(proc.stdout)["selected"] == amd64_runtime["selected"]
 
 
@@ -255,7 +243,7 @@ def test_arm64_runtime_from_a_cross_built_wheel_selects_neon(arm64_runtime: dict
 
 def test_base_images_are_local_and_labelled_with_their_arch(amd64_runtime: dict[str, Any], arm64_runtime: dict[str, Any]) -> None:
     for arch in ("x86_64", "aarch64"):
-        spec = MATRIX.arches[arch]
+        spec = hardware().arches[arch]
         out = subprocess.run(["docker", "image", "inspect", base_tag(spec)], capture_output=True, text=True)
         assert out.returncode == 0, f"{base_tag(spec)} missing"
         data = json.loads(out.stdout)[0]

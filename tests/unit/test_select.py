@@ -360,6 +360,16 @@ def test_forced_supported_variant_is_chosen() -> None:
     assert rows["avx2"] == f"{PREFIX}_ISA=baseline forces another variant"
 
 
+def test_forcing_baseline_names_each_arch_baseline_whatever_it_is_called() -> None:
+    """<PREFIX>_ISA=baseline, like `cpubuild wheel --isa baseline`, means the arch's baseline (aarch64: neon)."""
+    arm = [{"name": v.name, "priority": v.priority, "requires": list(v.requires)} for v in MATRIX.variants_for("aarch64")]
+    every = [f for v in arm for f in v["requires"]]
+    result = sel.select_variant(arm, every, built=[v["name"] for v in arm], forced="baseline", env_prefix=PREFIX)
+    assert result.selected == "neon" and result.override == "neon"
+    with pytest.raises(errors.UnknownISAError, match="CPUKERN_ISA=neon: 'neon' is not built into this package"):
+        sel.select_variant(arm, every, built=["neon_dotprod"], forced="baseline", env_prefix=PREFIX)
+
+
 def test_forced_unsupported_variant_names_missing_features() -> None:
     with pytest.raises(errors.UnsupportedISAError) as info:
         select(forced="amx")

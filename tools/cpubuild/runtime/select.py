@@ -14,6 +14,7 @@ from typing import Any
 from .errors import NoVariantError, UnknownISAError, UnsupportedISAError
 
 _REGISTERS = ("eax", "ebx", "ecx", "edx")
+BASELINE = "baseline"  # <PREFIX>_ISA=baseline names the arch's baseline even where it is called otherwise (neon)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +134,8 @@ def select_variant(
     table = sorted(variants, key=lambda v: int(v["priority"]), reverse=True)
     forced = forced or None
     names = [str(v["name"]) for v in table]
+    if forced == BASELINE and forced not in names and table:  # every arch's baseline, whatever its name
+        forced = str(table[-1]["name"])
     available = [n for n in reversed(names) if n in present]
     for name in sorted(off):  # a typo must not silently disable nothing
         if name not in names:
