@@ -46,15 +46,28 @@ class SelfWheel:
         }
 
 
+def _metadata_text(dist: metadata.Distribution) -> str:
+    """Core metadata of the running cpubuild, whatever form its install keeps it in
+    (a .dist-info METADATA, or a checkout's .egg-info PKG-INFO + requires.txt)."""
+    message = dist.metadata
+    lines = [f"Metadata-Version: {message.get('Metadata-Version') or '2.1'}", "Name: cpubuild", f"Version: {__version__}"]
+    for key in ("Summary", "Requires-Python"):
+        if message.get(key):
+            lines.append(f"{key}: {message[key]}")
+    lines += [f"Provides-Extra: {extra}" for extra in message.get_all("Provides-Extra") or []]
+    lines += [f"Requires-Dist: {req}" for req in dist.requires or []]
+    return "\n".join(lines) + "\n"
+
+
 def _members() -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     for path in sorted(PACKAGE_DIR.rglob("*")):
         rel = path.relative_to(PACKAGE_DIR.parent).as_posix()
         if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith((".pyc", ".pyo")):
             files[rel] = path.read_bytes()
-    dist = metadata.distribution("cpubuild")
     info = f"cpubuild-{__version__}.dist-info"
-    files[f"{info}/METADATA"] = (dist.read_text("METADATA") or f"Metadata-Version: 2.1\nName: cpubuild\nVersion: {__version__}\n").encode()
+    dist = metadata.distribution("cpubuild")
+    files[f"{info}/METADATA"] = _metadata_text(dist).encode()
     entry_points = dist.read_text("entry_points.txt")
     if entry_points:
         files[f"{info}/entry_points.txt"] = entry_points.encode()
