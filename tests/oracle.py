@@ -60,3 +60,27 @@ def oracle_ranking(matrix: Matrix, built: Iterable[str], arch: str = ARCH) -> li
     """Built variants this host runs, best first, by the matrix's priorities."""
     have, built = oracle_features(arch), set(built)
     return [v.name for v in reversed(matrix.variants_for(arch)) if v.name in built and set(v.requires) <= have]
+
+
+def support_rows(matrix: Matrix) -> list[tuple[str, str, str, str]]:
+    """(arch, variant, native here?, qemu models of the hardware data that run it) for every variant."""
+    rows = []
+    have = oracle_features() if ARCH in matrix.arches else set()
+    for arch in matrix.arches:
+        for v in matrix.variants_for(arch):
+            native = "yes" if arch == ARCH and set(v.requires) <= have else "no"
+            models = [m.cpu for m in hardware().qemu.get(arch, ()) if set(v.requires) <= m.features]
+            rows.append((arch, v.name, native, ", ".join(models) or "-"))
+    return rows
+
+
+if __name__ == "__main__":  # python tests/oracle.py: the live "executed here" column of the README's support table
+    from conftest import CPUKERN_MATRIX
+    from cpubuild.matrix import load_matrix
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU")
+    print(f"host: {ARCH}, {model}")
+    print(f"{'arch':<8} {'variant':<12} {'native here':<12} qemu-user models that run it")
+    for arch, name, native, models in support_rows(load_matrix(CPUKERN_MATRIX)):
+        print(f"{arch:<8} {name:<12} {native:<12} {models}")
