@@ -36,7 +36,7 @@ apt_install --no-install-recommends -- "${BOCHS_PACKAGES[@]}"
 PY=${PYTHON:-python3}
 # pip, without its root-user warning; a failing pip fails the set-up (pipefail).
 pip_install() {
-  "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v -i -e "root user" -e "WARNING: Location" || true; }
+  "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v -i -e "root.* user" -e "WARNING: Location" || true; }
 }
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
 pip_install \

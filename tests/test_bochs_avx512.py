@@ -2,7 +2,7 @@
 
 QEMU 7.2 emulates no AVX-512 and this host has none, so `avx512` and
 `avx512vnni` run here only under Bochs full-system emulation
-(tools/cpubuild/bochs.py): Debian's cloud kernel boots the `tigerlake`
+(tools/cpubuild/emulate/bochs.py): Debian's cloud kernel boots the `tigerlake`
 model from an ISO whose initramfs is the cached x86_64 test rootfs
 (python3 + numpy) with the wheel unpacked into it. Inside that guest the
 package's own checks run: the dispatcher's report (real CPUID + XGETBV),

@@ -57,7 +57,7 @@ def test_bad_platform_for_base_image() -> None:
 def test_a_daemon_that_is_not_running_gives_one_message_with_the_fix(command: tuple[str, ...]) -> None:
     proc = cpubuild(*command)
     clean_failure(proc, 1, f"cannot reach the Docker daemon at {DEAD_SOCKET}", "(the daemon is not running)")
-    assert "sudo dockerd" in proc.stderr and "systemctl start docker" in proc.stderr and "scripts/setup.sh" in proc.stderr
+    assert "sudo dockerd" in proc.stderr and "systemctl start docker" in proc.stderr and "apt-get install -y docker.io" in proc.stderr
     assert proc.stderr.count("error:") == 1
 
 

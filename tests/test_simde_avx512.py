@@ -53,8 +53,8 @@ SIMDE_MACROS = frozenset(
     {"__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__", "__AVX512VNNI__", "__AVX512BF16__"}
 )
 SIMDE_DEFINES = ("-DCPUKERN_SIMDE", "-DSIMDE_NO_NATIVE", "-DSIMDE_ENABLE_NATIVE_ALIASES")
-# as CMake compiles kernels (cmake/CpukernVariants.cmake), minus warnings about
-# the 64-byte vector ABI of SIMDe's portable types on a non-AVX-512 target
+# as CMakeLists.txt compiles the kernels through cpubuild_add_variants, minus warnings
+# about the 64-byte vector ABI of SIMDe's portable types on a non-AVX-512 target
 COMMON_FLAGS = ("-std=gnu++17", "-O3", "-ffp-contract=fast", "-fno-math-errno", "-fPIC", "-shared", "-pthread",
                 "-Wall", "-Wno-psabi")
 

@@ -231,5 +231,6 @@ def test_static_version_takes_the_commit_time_but_ignores_tags(repo: Path) -> No
     v = static_source_version("1.2.0", repo, {})
     assert v.text == "1.2.0" and v.source_date_epoch == 1_650_000_002  # the commit time
     (repo / "a.txt").write_text("changed\n")
-    assert static_source_version("1.2.0", repo, {}).text == "1.2.0"  # as written, dirty or not
+    # uncommitted changes: marked, so the build is never mistaken for (or published over) the clean one
+    assert static_source_version("1.2.0", repo, {}).text == "1.2.0+dirty"
     assert static_source_version("1.2.0", repo, {"SOURCE_DATE_EPOCH": "1700000000"}).source_date_epoch == 1_700_000_000

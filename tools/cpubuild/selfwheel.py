@@ -50,10 +50,10 @@ def _metadata_text(dist: metadata.Distribution) -> str:
     """Core metadata of the running cpubuild, whatever form its install keeps it in
     (a .dist-info METADATA, or a checkout's .egg-info PKG-INFO + requires.txt)."""
     message = dist.metadata
-    lines = [f"Metadata-Version: {message.get('Metadata-Version') or '2.1'}", "Name: cpubuild", f"Version: {__version__}"]
+    version = (message.get_all("Metadata-Version") or ["2.1"])[0]
+    lines = [f"Metadata-Version: {version}", "Name: cpubuild", f"Version: {__version__}"]
     for key in ("Summary", "Requires-Python"):
-        if message.get(key):
-            lines.append(f"{key}: {message[key]}")
+        lines += [f"{key}: {value}" for value in message.get_all(key) or []][:1]
     lines += [f"Provides-Extra: {extra}" for extra in message.get_all("Provides-Extra") or []]
     lines += [f"Requires-Dist: {req}" for req in dist.requires or []]
     return "\n".join(lines) + "\n"

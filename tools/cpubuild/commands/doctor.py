@@ -174,7 +174,7 @@ def docker_checks() -> list[Check]:
         except (OSError, subprocess.TimeoutExpired) as exc:
             ok, detail = False, str(exc)
         checks.append(Check(section="docker", name="docker daemon", ok=ok, detail=detail,
-                            fix=None if ok else "dockerd >/var/log/dockerd.log 2>&1 &   (or: bash scripts/setup.sh)", required=False))
+                            fix=None if ok else "dockerd >/var/log/dockerd.log 2>&1 &   (as root; apt-get install -y docker.io first)", required=False))
     return checks
 
 

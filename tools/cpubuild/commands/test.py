@@ -291,9 +291,9 @@ def run_emulated(
         if checks and not target.selftest:
             checks_skipped = "the project declares no selftest ([tool.cpubuild] selftest): selection report only"
         elif checks and selected is not None and not problems:
-            # NumPy killed by a signal: the CPU model cannot run it (no XSAVE), so a
-            # selftest that imports it cannot run either. NumPy merely absent: run the
-            # selftest anyway (many need no NumPy); skip only if it then asks for NumPy.
+            # NumPy killed by a signal: the CPU model cannot run it (a fact of the model),
+            # so a selftest that imports it cannot run either. NumPy merely absent: run the
+            # selftest anyway (many need no NumPy); a failure if it then asks for NumPy.
             probe = emulator.run(["-c", "import numpy"], pythonpath=site, host_python=python)
             numpy_died = signal_name(probe.returncode)
             if numpy_died:
@@ -302,8 +302,8 @@ def run_emulated(
             else:
                 proc = emulator.run(["-m", *target.selftest, "--json"], pythonpath=site, env=env, host_python=python)
                 if probe.returncode != 0 and last_json(proc.stdout) is None and NO_NUMPY in proc.stderr:
-                    checks_skipped = f"the selftest needs NumPy, which this Python lacks ({python}): selection report only"
-                    say(f"checks: skipped - {checks_skipped}")
+                    problems.append(f"the selftest needs NumPy, which {python} lacks: pip install numpy there "
+                                    "(or pass --no-checks for the selection report alone)")
                 else:
                     result = judge_checks(proc.stdout, proc.stderr, proc.returncode, cpu=cpu, selected=selected,
                                           problems=problems, say=say)

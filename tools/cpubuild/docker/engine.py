@@ -27,7 +27,7 @@ START_FIX = (
     "start it with one of:\n"
     "  sudo dockerd >/var/log/dockerd.log 2>&1 &     (no init system)\n"
     "  sudo systemctl start docker\n"
-    "  scripts/setup.sh                               (installs docker.io if needed and starts it)"
+    "  (not installed: apt-get install -y docker.io)"
 )
 
 

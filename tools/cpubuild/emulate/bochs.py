@@ -113,7 +113,7 @@ def check_tools() -> None:
     if missing:
         raise ToolMissingError(
             f"Bochs full-system runs need {', '.join(missing)}",
-            detail=f"fix: apt-get install {' '.join(APT_PACKAGES)}   (or run scripts/setup.sh)",
+            detail=f"fix: apt-get install {' '.join(APT_PACKAGES)}",
         )
 
 

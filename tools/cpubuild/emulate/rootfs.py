@@ -153,7 +153,7 @@ def check_can_run(qemu: str) -> None:
             detail=(
                 "fix: apt-get install qemu-user-static binfmt-support && "
                 "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc; "
-                f"update-binfmts --enable qemu-{qemu}   (or run scripts/setup.sh)"
+                f"update-binfmts --enable qemu-{qemu}"
             ),
         )
 

@@ -88,7 +88,6 @@ class QemuModel:
     arch: str
     cpu: str  # the -cpu value, with ,prop=value options
     features: frozenset[str]
-    checks: bool = True  # False: NumPy cannot import there
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,7 +203,7 @@ def parse_hardware(data: dict[str, Any]) -> Hardware:
             unknown = set(raw["features"]) - set(features[arch])
             if unknown:
                 raise _fail(f"qemu model {raw['cpu']} ({arch})", f"unknown features {sorted(unknown)}")
-            parsed.append(QemuModel(arch=arch, cpu=raw["cpu"], features=frozenset(raw["features"]), checks=raw.get("checks", True)))
+            parsed.append(QemuModel(arch=arch, cpu=raw["cpu"], features=frozenset(raw["features"])))
         qemu[arch] = tuple(parsed)
     for arch in arches:
         features.setdefault(arch, {})

@@ -199,8 +199,8 @@ def source_version(project: Path, base_file: Path, environ: Mapping[str, str]) -
 
 
 def static_source_version(version: str, project: Path, environ: Mapping[str, str]) -> SourceVersion:
-    """A static [project] version, used as written; the timestamp comes from
-    SOURCE_DATE_EPOCH, else the commit time, else 1980."""
+    """A static [project] version, used as written (+dirty for uncommitted changes to
+    tracked files); the timestamp comes from SOURCE_DATE_EPOCH, else the commit time, else 1980."""
     try:
         parsed = Version(version)
     except InvalidVersion:
@@ -210,4 +210,6 @@ def static_source_version(version: str, project: Path, environ: Mapping[str, str
                          "cpubuild adds the ISA-set label (+cpu...) itself")
     state = read_git_state(project)
     epoch = epoch_from_env(environ) or (state.commit_time if state else ZIP_EPOCH_MIN)
-    return SourceVersion(public=str(parsed), local=(), source_date_epoch=epoch, origin="pyproject.toml [project] version (static)")
+    dirty = state is not None and state.dirty  # never mistaken for, or published over, the clean build
+    return SourceVersion(public=str(parsed), local=("dirty",) if dirty else (), source_date_epoch=epoch,
+                         origin="pyproject.toml [project] version (static)" + (", dirty tree" if dirty else ""))
