@@ -16,7 +16,8 @@ from cpubuild.commands.image import make_specs
 from cpubuild.docker import bake, dockerfile, plan
 from cpubuild.docker.platforms import parse_platforms, wheel_arch
 from cpubuild.errors import UnknownISAError, UsageError
-from cpubuild.matrix import Arch, Matrix, load_matrix
+from cpubuild.hardware import Arch
+from cpubuild.matrix import Matrix, load_matrix
 
 if sys.version_info >= (3, 11):
     import tomllib

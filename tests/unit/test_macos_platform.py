@@ -8,8 +8,8 @@ import struct
 import pytest
 from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
-from cpubuild.hardware import hardware
-from cpubuild.matrix import Arch, load_matrix, parse_matrix
+from cpubuild.hardware import Arch, hardware
+from cpubuild.matrix import load_matrix, parse_matrix
 from cpubuild.platforms import Host, select_platform
 from cpubuild.platforms.macos import (
     LC_BUILD_VERSION,

@@ -38,14 +38,18 @@ KEYS = ("package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "sou
 DOCS = "docs/project.md"
 
 
-class ContractError(ValueError):
-    """A problem in pyproject.toml's [tool.cpubuild], with the file, key and fix."""
+class LocatedError(ValueError):
+    """A problem in a project file: which file, where in it, and what (often with the fix)."""
 
     def __init__(self, path: Path | str, where: str, problem: str) -> None:
         self.path = str(path)
         self.where = where
         self.problem = problem
         super().__init__(f"{self.path}: {where}: {problem}")
+
+
+class ContractError(LocatedError):
+    """A problem in pyproject.toml's [tool.cpubuild]."""
 
 
 @dataclass(frozen=True, kw_only=True)

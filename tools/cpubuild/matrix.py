@@ -19,13 +19,13 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .contract import ContractError, ProjectConfig, load_config
-from .hardware import COMPILER_FAMILIES, OPERATING_SYSTEMS, Feature, Hardware, hardware
+from .contract import ContractError, LocatedError, ProjectConfig, load_config
+from .hardware import COMPILER_FAMILIES, OPERATING_SYSTEMS, Arch, Feature, Hardware, hardware
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,29 +44,8 @@ PRIORITY_STEP = 10  # a variant that extends another and names no priority: the 
 DOCS = "docs/project.md"
 
 
-class MatrixError(ValueError):
+class MatrixError(LocatedError):
     """A problem in the matrix file, located by file, item and field."""
-
-    def __init__(self, path: Path | str, where: str, problem: str) -> None:
-        self.path = str(path)
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{self.path}: {where}: {problem}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Arch:
-    """An arch as this project builds it: the hardware facts plus the project's narrowing."""
-
-    name: str
-    compilers: tuple[str, ...]
-    os: tuple[str, ...]
-    triplet: str
-    manylinux: str
-    docker_platform: str
-    qemu: str
-    debian_arch: str
-    macos: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,9 +200,8 @@ def _parse_arch(path: Path, name: str, table: Any, hw: Hardware) -> Arch:
     if "darwin" in os_list and not re.fullmatch(r"macosx_\d+_\d+_(arm64|x86_64|universal2)", str(macos)):
         r.fail("macos", f"must be a macOS platform tag such as {facts.macos or 'macosx_11_0_arm64'}, got {macos!r}")
     families = tuple(f for f in facts.compilers if f != "apple-clang" or "darwin" in os_list)
-    return Arch(name=name, compilers=families, os=os_list, triplet=facts.triplet, manylinux=manylinux,
-                docker_platform=facts.docker_platform, qemu=facts.qemu, debian_arch=facts.debian_arch,
-                macos=macos if "darwin" in os_list else None)
+    # the arch as this project builds it: the hardware facts, narrowed
+    return replace(facts, compilers=families, os=os_list, manylinux=manylinux, macos=macos if "darwin" in os_list else None)
 
 
 def _default_arch(name: str, hw: Hardware) -> Arch:

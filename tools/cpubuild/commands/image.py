@@ -29,8 +29,8 @@ from rich.console import Console
 from ..docker import bake, dockerfile, isa_args, plan
 from ..docker.platforms import host_arch, parse_platforms, split_list, wheel_arch
 from ..errors import DockerError, UsageError
-from ..hardware import hardware
-from ..matrix import Arch, Matrix
+from ..hardware import Arch
+from ..matrix import Matrix
 from ..project import Project, find_project
 
 
@@ -269,7 +269,7 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
     from ..selfwheel import self_wheel
 
     matrix = image.matrix
-    facts = hardware().arches[spec.arch.name]
+    facts = spec.arch
     check_can_run(spec.arch.qemu)
     progress = ConsoleProgress(console, verbosity=verbosity, prefix=f"{spec.arch.debian_arch} ")
     base_built = False
@@ -430,8 +430,7 @@ def command(
         base=base,
         wheels=wheels,
         each_variant=each_variant,
-        default_base=(lambda arch: base_tag(hardware().arches[arch.name])) if bake_file is None
-        else (lambda arch: base or "debian:bookworm-slim"),
+        default_base=base_tag if bake_file is None else (lambda arch: base or "debian:bookworm-slim"),
         repository=image.project.config.wheel_name.replace("_", "-"),
     )
     if bake_file is not None:

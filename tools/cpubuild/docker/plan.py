@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import UnknownISAError, UsageError
-from ..matrix import Arch, Matrix
+from ..hardware import Arch
+from ..matrix import Matrix
 from . import isa_args
 from .context import WHEEL_DIR
 from .platforms import split_list

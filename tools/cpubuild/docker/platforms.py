@@ -4,22 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..errors import UsageError
+from ..hardware import Arch
 from ..hardware import host_arch as _host_arch
-
-
-class _Arch(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def docker_platform(self) -> str: ...
-
-
-A = TypeVar("A", bound=_Arch)
 
 
 def split_list(values: Iterable[str]) -> list[str]:
@@ -27,21 +17,21 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
-def host_arch(arches: Mapping[str, A]) -> A:
+def host_arch(arches: Mapping[str, Arch]) -> Arch:
     machine = _host_arch()
     if machine not in arches:
         raise UsageError(f"this host's arch {machine!r} is not one the project builds ({', '.join(arches)})")
     return arches[machine]
 
 
-def parse_platforms(arches: Mapping[str, A], values: Iterable[str]) -> list[A]:
+def parse_platforms(arches: Mapping[str, Arch], values: Iterable[str]) -> list[Arch]:
     """`linux/amd64,linux/arm64` -> arches, in the order given, each once.
     No value: the host's platform."""
     names = split_list(values)
     if not names:
         return [host_arch(arches)]
     by_platform = {a.docker_platform: a for a in arches.values()}
-    out: list[A] = []
+    out: list[Arch] = []
     for name in names:
         arch = by_platform.get(name)
         if arch is None:
@@ -51,7 +41,7 @@ def parse_platforms(arches: Mapping[str, A], values: Iterable[str]) -> list[A]:
     return out
 
 
-def wheel_arch(arches: Mapping[str, A], wheel: Path) -> A:
+def wheel_arch(arches: Mapping[str, Arch], wheel: Path) -> Arch:
     """The arch a wheel's platform tag names (`..._x86_64.whl` -> x86_64)."""
     try:
         _, _, _, tags = parse_wheel_filename(wheel.name)

@@ -24,21 +24,11 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any
 
 from .. import unpack
 from ..errors import BuildFailedError, ToolMissingError, UsageError
-
-
-class ArchNames(Protocol):
-    """What a tree needs of an arch (hardware data or a project's matrix)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def debian_arch(self) -> str: ...
-    @property
-    def qemu(self) -> str: ...
+from ..hardware import Arch
 
 DEFAULT_CACHE = Path("/var/cache/cpubuild")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -74,7 +64,7 @@ class RootfsSpec:
     flavor: str = ""  # "" for the test tree; e.g. "gxx" for a compiler tree
 
     @classmethod
-    def for_arch(cls, arch: ArchNames, **options: Any) -> RootfsSpec:
+    def for_arch(cls, arch: Arch, **options: Any) -> RootfsSpec:
         """The tree of an arch (its Debian and QEMU names from the hardware data)."""
         return cls(arch=arch.name, debian_arch=arch.debian_arch, qemu=arch.qemu, **options)
 

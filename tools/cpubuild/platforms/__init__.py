@@ -25,7 +25,7 @@ from ..errors import UsageError
 from ..hardware import host_arch
 
 if TYPE_CHECKING:
-    from ..matrix import Arch
+    from ..hardware import Arch
     from ..wheelbuild.compilers import Compiler
     from ..wheelbuild.plan import BuildPlan
     from ..wheelbuild.repair import Repaired

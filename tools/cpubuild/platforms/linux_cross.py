@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..cmake import CMAKE_DIR, TOOLCHAINS
 from ..errors import ToolMissingError
-from ..matrix import Arch
+from ..hardware import Arch
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
 from ..wheelbuild.repair import Repaired, repair_linux

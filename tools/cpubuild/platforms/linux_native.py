@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..matrix import Arch
+from ..hardware import Arch
 from ..wheelbuild import glibc
 from ..wheelbuild.cache import cache_dir
 from ..wheelbuild.compilers import identify

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailedError, UsageError
-from ..matrix import Arch
+from ..hardware import Arch
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
 from ..wheelbuild.repair import Repaired

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UnknownISAError, UsageError
-from ..matrix import Arch, Matrix, Variant
+from ..hardware import Arch
+from ..matrix import Matrix, Variant
 from .version import SourceVersion
 
 ALL = "all"
