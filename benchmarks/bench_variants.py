@@ -16,7 +16,7 @@ protocol of docs/project.md), progress on stderr; bad arguments exit 2.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -192,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     except ArgumentError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    missing = [m for m in ("numpy", "ml_dtypes") if importlib.util.find_spec(m) is None]
+    missing = []
+    for module in ("numpy", "ml_dtypes"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
     if missing:
         print(f"error: cpukern's benchmark needs {' and '.join(missing)}: pip install 'cpubuild[bench]' (or numpy ml_dtypes)",
               file=sys.stderr)

@@ -1,0 +1,143 @@
+"""Projects that break the contract, and other user mistakes, through the public
+cpubuild (installed from tools/ into a fresh venv): each is one error line
+naming the file and the fix, exit 2, and nothing half-written. Plus the
+behaviours of `cpubuild wheel` a new project meets first: a compile error
+named by its variant, wheels written with the umask's permissions, the
+release workflow rendered for a project in a sub-directory."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require_tool, run
+from public_cpubuild import PublicCpubuild, public_cpubuild  # noqa: F401 - the fixture
+
+DOTLIB = REPO / "examples" / "dotlib"
+
+
+def project_copy(tmp_path: Path, name: str = "proj") -> Path:
+    """examples/dotlib as a git repository of its own (the version comes from git)."""
+    root = tmp_path / name
+    shutil.copytree(DOTLIB, root, ignore=shutil.ignore_patterns("build", "wheelhouse", "__pycache__"))
+    run(["git", "init", "-q", str(root)])
+    run(["git", "-C", str(root), "add", "-A"])
+    run(["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"])
+    return root
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], exit_code: int, *words: str) -> str:
+    assert proc.returncode == exit_code, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["wheel"], ["matrix"], ["doctor"], ["test", "--arch", "x86_64", "--cpu", "Haswell"],
+                                     ["image", "--bake", "x.json"], ["bench"], ["ci"], ["develop", "--precompiled", "--index", "/x"]])
+def test_outside_any_project_every_command_says_so(public_cpubuild: PublicCpubuild, tmp_path: Path,  # noqa: F811
+                                                   command: list[str]) -> None:
+    proc = public_cpubuild.cli(*command, cwd=tmp_path, check=False)
+    one_line_error(proc, 2, "not inside a cpubuild project", str(tmp_path), "--project DIR", "cpubuild init")
+    assert sorted(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_no_tool_cpubuild_table(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    root = project_copy(tmp_path)
+    text = (root / "pyproject.toml").read_text()
+    start = text.index("[tool.cpubuild]")
+    (root / "pyproject.toml").write_text(text[:start] + text[text.index("[tool.pytest", start):])
+    proc = public_cpubuild.cli("wheel", "--project", str(root), cwd=tmp_path, check=False)
+    one_line_error(proc, 2, str(root / "pyproject.toml"), "[tool.cpubuild]", "add a [tool.cpubuild] table", "package =")
+    assert not (root / "wheelhouse").exists() and not (root / "build").exists()
+
+
+def test_cmakelists_without_the_cpubuild_call(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    root = project_copy(tmp_path)
+    cmake = (root / "CMakeLists.txt").read_text()
+    (root / "CMakeLists.txt").write_text(cmake[: cmake.index("cpubuild_add_variants(")] + "add_library(dotlib MODULE csrc/dotlib.c)\n")
+    proc = public_cpubuild.cli("wheel", "--project", str(root), cwd=tmp_path, check=False)
+    one_line_error(proc, 2, str(root / "CMakeLists.txt"), "never calls cpubuild_add_variants(NAME SOURCES ...)")
+    assert not (root / "wheelhouse").exists() and not (root / "build").exists()
+
+
+def test_matrix_naming_an_unknown_feature(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    root = project_copy(tmp_path)
+    matrix = (root / "isa_matrix.toml").read_text()
+    (root / "isa_matrix.toml").write_text(matrix.replace('requires = ["avx2", "fma"]', 'requires = ["avx2", "avx1024"]'))
+    for command in ("wheel", "matrix"):
+        proc = public_cpubuild.cli(command, "--project", str(root), cwd=tmp_path, check=False)
+        one_line_error(proc, 2, str(root / "isa_matrix.toml"), "variant 'avx2' (x86_64), field 'requires'",
+                       "unknown feature 'avx1024' for x86_64", "known: sse2")
+    assert not (root / "wheelhouse").exists()
+
+
+def test_compile_error_is_named_by_its_variant(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    require_tool("cmake", "ninja")
+    root = project_copy(tmp_path)
+    source = root / "csrc" / "dotlib.c"
+    source.write_text("#if defined(DOTLIB_VARIANT_AVX2)\n#error a mistake in the avx2 path only\n#endif\n" + source.read_text())
+    proc = public_cpubuild.cli("wheel", "--project", str(root), cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "compile failed in variant 'avx2'" in proc.stderr and "a mistake in the avx2 path only" in proc.stderr
+    assert not any((root / "wheelhouse").glob("*.whl")) if (root / "wheelhouse").exists() else True
+
+
+def test_wheels_get_the_permissions_of_the_umask(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    require_tool("cmake", "ninja")
+    root = project_copy(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.run(["sh", "-c", f'umask 022 && exec "{public_cpubuild.exe}" wheel -q --project "{root}" --out "{out}"'],
+                          capture_output=True, text=True, env=public_cpubuild.env(), timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    assert stat.S_IMODE(wheel.stat().st_mode) == 0o644
+
+
+def test_develop_with_a_python_that_does_not_exist(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    root = project_copy(tmp_path)
+    proc = public_cpubuild.cli("develop", "--precompiled", "--index", str(tmp_path / "index"), "--python",
+                               str(tmp_path / "no" / "python"), "--project", str(root), cwd=tmp_path, check=False)
+    one_line_error(proc, 2, "--python", "cannot run it")
+
+
+def test_bench_without_a_declared_benchmark(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    root = project_copy(tmp_path)
+    proc = public_cpubuild.cli("bench", "--project", str(root), cwd=tmp_path, check=False)
+    one_line_error(proc, 2, str(root / "pyproject.toml"), "declares no benchmark", "benchmark =")
+
+
+def test_cpukern_benchmark_without_ml_dtypes_is_one_line() -> None:
+    """cpukern's declared benchmark where ml_dtypes cannot import: exit 2, one line with the fix."""
+    script = ("import runpy, sys\nsys.modules['ml_dtypes'] = None\n"
+              f"sys.argv = ['bench_variants.py', '--variants', 'baseline']\nsys.path.insert(0, {str(REPO / 'benchmarks')!r})\n"
+              f"runpy.run_path({str(REPO / 'benchmarks' / 'bench_variants.py')!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "tools")})
+    one_line_error(proc, 2, "needs ml_dtypes", "pip install 'cpubuild[bench]'")
+
+
+def test_release_workflow_for_a_project_in_a_sub_directory(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    """`cpubuild ci --project examples/dotlib`: runs in its directory, uploads from there, lints clean."""
+    yaml = pytest.importorskip("yaml")
+    out = tmp_path / "ci"
+    proc = public_cpubuild.cli("ci", "--project", str(DOTLIB), "--dir", str(out), cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    workflow = yaml.safe_load((out / "release.yml").read_text())
+    assert workflow["defaults"] == {"run": {"working-directory": "examples/dotlib"}}
+    build = workflow["jobs"]["build"]
+    assert [row["arch"] for row in build["strategy"]["matrix"]["include"]] == ["x86_64", "aarch64"]
+    assert next(s for s in build["steps"] if "upload-artifact" in s.get("uses", ""))["with"]["path"] == "examples/dotlib/wheelhouse/*.whl"
+    cases = {(row["arch"], row["cpu"], row["expect"]) for row in workflow["jobs"]["test"]["strategy"]["matrix"]["include"]}
+    assert ("aarch64", "neoverse-n1", "neon_dotprod") in cases and ("x86_64", "Haswell", "avx2") in cases
+    assert "dotlib" in workflow["jobs"]["verify"]["steps"][-1]["run"]
+    require_tool("actionlint")
+    lint = subprocess.run(["actionlint", "-no-color", str(out / "release.yml")], capture_output=True, text=True, timeout=300)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
