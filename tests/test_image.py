@@ -249,3 +249,30 @@ def test_base_images_are_local_and_labelled_with_their_arch(amd64_runtime: dict[
         data = json.loads(out.stdout)[0]
         assert data["Architecture"] == spec.docker_platform.split("/")[1]
         assert data["RepoDigests"] == []  # made here, never pulled
+
+
+# ------------------------------------------------------------------ any project
+
+
+def test_a_project_without_a_dockerfile_gets_cpubuilds_template(daemon: None, tmp_path: Path) -> None:
+    """examples/dotlib keeps no Dockerfile: `cpubuild image --project` renders cpubuild's template for it
+    (its package, its selftest in the test stage) and the image dispatches as the oracle says."""
+    require(os.uname().machine == "x86_64", "x86_64 host")
+    project = REPO / "examples" / "dotlib"
+    assert not (project / "docker").exists()
+    out = tmp_path / "wheels"
+    proc = cpubuild("wheel", "-q", "--project", str(project), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("dotlib-*_x86_64.whl")
+    image = built_json(cpubuild("image", "--project", str(project), "--wheel", str(wheel), "--target", "test",
+                                "--tag", "cpubuild-test/dotlib:test-amd64", "--json"))
+    assert image["wheel_source"] == "given" and image["target"] == "test"  # the test stage ran dotlib.selftest
+    dotlib = load_matrix(project / "isa_matrix.toml")
+    built = {v.name for v in dotlib.variants_for("x86_64")}
+    assert image["selected"] == [v.name for v in dotlib.variants_for("x86_64") if v.name in built
+                                 and set(v.requires) <= oracle_features("x86_64")][-1]
+    inspect = json.loads(subprocess.run(["docker", "image", "inspect", image["tag"]], capture_output=True, text=True,
+                                        check=True).stdout)[0]
+    assert inspect["Config"]["Cmd"] == ["python3", "-m", "dotlib"] and inspect["Config"]["User"] == "dotlib"
+    assert inspect["Config"]["Labels"]["io.cpubuild.package"] == "dotlib"
+    assert not (project / "docker").exists() and not (project / ".cpubuild").exists()  # nothing written into the project
