@@ -261,7 +261,7 @@ def test_a_project_without_a_dockerfile_gets_cpubuilds_template(daemon: None, tm
     project = REPO / "examples" / "dotlib"
     assert not (project / "docker").exists()
     out = tmp_path / "wheels"
-    proc = cpubuild("wheel", "-q", "--project", str(project), "--out", str(out))
+    proc = cpubuild("wheel", "-q", "--project", str(project), "--out", str(out), "--build-root", str(tmp_path / "build"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("dotlib-*_x86_64.whl")
     image = built_json(cpubuild("image", "--project", str(project), "--wheel", str(wheel), "--target", "test",
