@@ -127,9 +127,26 @@ def test_provider_hook_reads_the_process_environment(tmp_path: Path, monkeypatch
     fallback = tmp_path / "_version.py"
     fallback.write_text('__version__ = "0.4.0"\n')
     monkeypatch.delenv("CPUBUILD_BUILD_VERSION", raising=False)
-    assert version_provider.dynamic_metadata({"fallback": str(fallback)}, {"name": "x"}) == {"version": "0.4.0"}
+    project = {"name": "x", "dynamic": ["version"]}
+    assert version_provider.dynamic_metadata({"fallback": str(fallback)}, project) == {"version": "0.4.0"}
     monkeypatch.setenv("CPUBUILD_BUILD_VERSION", "0.4.0+cpu.avx2")
-    assert version_provider.dynamic_metadata({"fallback": str(fallback)}, {"name": "x"}) == {"version": "0.4.0+cpu.avx2"}
+    assert version_provider.dynamic_metadata({"fallback": str(fallback)}, project) == {"version": "0.4.0+cpu.avx2"}
+    # what is not dynamic is not set: a static version with dynamic dependencies
+    assert version_provider.dynamic_metadata({}, {"name": "x", "dynamic": []}) == {}
+
+
+def test_provider_pins_the_torch_minor_of_a_torch_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kind = torch with dynamic dependencies: the `dependencies` setting plus torch==X.Y.* of the torch built against."""
+    monkeypatch.chdir(tmp_path)  # scikit-build-core runs providers in the project directory
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.cpubuild]\nkind = "torch"\n')
+    monkeypatch.setenv("CPUBUILD_TORCH_VERSION", "2.13.0+cpu")
+    project = {"name": "x", "version": "1.0", "dynamic": ["dependencies"]}
+    got = version_provider.dynamic_metadata({"dependencies": ["numpy>=1.22"]}, project)
+    assert got == {"dependencies": ["numpy>=1.22", "torch==2.13.*"]}
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.cpubuild]\nkind = "ctypes"\n')
+    assert version_provider.dynamic_metadata({"dependencies": ["numpy>=1.22"]}, project) == {"dependencies": ["numpy>=1.22"]}
+    with pytest.raises(ValueError, match="must be a list of requirements"):
+        version_provider.dynamic_metadata({"dependencies": "numpy"}, project)
 
 
 def test_provider_is_registered_and_standard_library_only() -> None:
@@ -144,7 +161,8 @@ def test_provider_is_registered_and_standard_library_only() -> None:
     tree = ast.parse(Path(version_provider.__file__).read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level}
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    # tomli: tomllib's backport, imported on Python 3.10 only (a dependency of cpubuild there)
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "tomli"}, imported
 
 
 # ------------------------------------------------------------ static versions

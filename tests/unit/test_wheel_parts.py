@@ -238,7 +238,16 @@ def test_policy_ceilings_come_from_auditwheel() -> None:
 def test_header_is_plain_symver_directives() -> None:
     text = glibc.render_header([glibc.Directive(symbol="pthread_once", version="GLIBC_2.2.5", default="GLIBC_2.34")], "manylinux_2_28_x86_64")
     assert '__asm__(".symver pthread_once,pthread_once@GLIBC_2.2.5");' in text
-    assert text.count("#if") == 1 and text.rstrip().endswith("#endif")
+    assert text.startswith("/*") and text.count("#if defined(__linux__)") == 1 and text.rstrip().endswith("#endif")
+
+
+def test_single_threaded_standin_only_below_glibc_2_32() -> None:
+    """libstdc++ 11+ reads glibc 2.32's __libc_single_threaded (no older version exists): below a 2.32
+    policy it is renamed to a hidden always-0 stand-in; at 2.34 the real one is fine."""
+    low = glibc.render_header([], "manylinux_2_28_x86_64")
+    assert "#define __libc_single_threaded cpubuild_libc_single_threaded" in low
+    assert 'visibility("hidden"))) char cpubuild_libc_single_threaded = 0;' in low
+    assert "__libc_single_threaded" not in glibc.render_header([], "manylinux_2_34_x86_64")
 
 
 # ------------------------------------------------------------ repair policy

@@ -7,7 +7,7 @@ library only: the CMake bridge reads it inside isolated builds.
     package = "dotlib"              # import package the libraries go into (default: project.name)
     env-prefix = "DOTLIB"           # runtime variables DOTLIB_ISA / DOTLIB_DISABLE_ISA (default: PACKAGE upper-cased)
     matrix = "isa_matrix.toml"      # the variants (default)
-    kind = "ctypes"                 # how variant libraries are loaded
+    kind = "ctypes"                 # how variant libraries are loaded: ctypes, or torch (torch.ops libraries)
     selftest = "dotlib.selftest"    # `python -m <this> --json` checks a build (default: the report only)
     benchmark = "benchmarks/bench.py"  # `python <this> --variants a,b --json` times them (default: none)
 """
@@ -27,7 +27,9 @@ else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
 TABLE = "tool.cpubuild"
-KINDS = ("ctypes",)
+# ctypes: plain C ABI libraries loaded with ctypes; torch: torch C++ extensions
+# (TORCH_LIBRARY) loaded with torch.ops.load_library, one variant per process.
+KINDS = ("ctypes", "torch")
 DEFAULT_MATRIX = "isa_matrix.toml"
 PACKAGE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PREFIX_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -170,6 +172,9 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
     version = project.get("version")
     if "version" not in dynamic and not isinstance(version, str):
         raise ContractError(path, "[project] version", "is required (a static string, or \"version\" in project.dynamic)")
+    if kind == "torch" and "dependencies" not in dynamic:
+        raise ContractError(path, "[project] dynamic", "a torch project lists \"dependencies\" there: cpubuild's provider "
+                            "pins the torch minor it was built against (the C++ ABI changes between minors), see docs/project.md")
     return ProjectConfig(
         pyproject=path,
         dist_name=dist_name,

@@ -52,6 +52,55 @@ def resolve_version(settings: Mapping[str, Any], environ: Mapping[str, str]) -> 
     return match.group(1)
 
 
+ENV_TORCH = "CPUBUILD_TORCH_VERSION"
+
+
+def torch_pin(environ: Mapping[str, str]) -> str:
+    """`torch==X.Y.*` for the torch the build compiles against: CPUBUILD_TORCH_VERSION
+    (set by `cpubuild wheel`, which may build against a downloaded torch), else the
+    torch installed in the build environment."""
+    version = environ.get(ENV_TORCH, "").strip()
+    if not version:
+        try:
+            from importlib import metadata
+
+            version = metadata.version("torch")
+        except Exception:
+            raise ValueError("a torch project ([tool.cpubuild] kind = torch) builds against torch, which the build "
+                             "environment lacks: add torch to build-system.requires") from None
+    match = re.match(r"^(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"torch version {version!r} is not X.Y...")
+    return f"torch=={match.group(1)}.{match.group(2)}.*"
+
+
+def project_kind(pyproject: Path) -> str:
+    """[tool.cpubuild] kind of the project being built (scikit-build-core runs in its directory)."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10 only
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "ctypes"
+    return str(data.get("tool", {}).get("cpubuild", {}).get("kind", "ctypes"))
+
+
 def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
-    """The dynamic-metadata 0.3 hook: returns the [project] fields it sets."""
-    return {"version": resolve_version(settings, os.environ)}
+    """The dynamic-metadata 0.3 hook: returns the [project] fields it sets: the version
+    (when dynamic) and the dependencies (when dynamic: the `dependencies` setting, plus
+    for a torch project the pin on the torch minor it is built against)."""
+    dynamic = project.get("dynamic", [])
+    result: dict[str, Any] = {}
+    if "version" in dynamic:
+        result["version"] = resolve_version(settings, os.environ)
+    if "dependencies" in dynamic:
+        extra = settings.get("dependencies", [])
+        if not isinstance(extra, list) or not all(isinstance(d, str) for d in extra):
+            raise ValueError("the cpubuild version provider's 'dependencies' setting must be a list of requirements")
+        pins = [torch_pin(os.environ)] if project_kind(Path("pyproject.toml")) == "torch" else []
+        result["dependencies"] = [*extra, *pins]
+    return result

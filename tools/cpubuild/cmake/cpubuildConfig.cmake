@@ -25,6 +25,8 @@
 #   CPUBUILD_SYMVER_HEADER   manylinux .symver header, force-included everywhere (written by cpubuild wheel)
 #   CPUBUILD_PROJECT_DIR     where pyproject.toml is (default: CMAKE_SOURCE_DIR)
 #   CPUBUILD_CCACHE          use ccache when installed and no launcher is set (default ON)
+#   CPUBUILD_TORCH_DIR       torch projects: the torch package to build against (default: the build Python's)
+#   CPUBUILD_TORCH_CXX11_ABI torch projects: libtorch's _GLIBCXX_USE_CXX11_ABI (default: read from libc10.so)
 include_guard(GLOBAL)
 include(CheckCSourceCompiles)
 include(CheckCXXSourceCompiles)
@@ -105,6 +107,37 @@ include("${_cpubuild_matrix_out}")  # CPUBUILD_PACKAGE, CPUBUILD_ENV_PREFIX, CPU
 set_property(DIRECTORY "${CMAKE_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
              "${CPUBUILD_PROJECT_DIR}/pyproject.toml" "${CPUBUILD_MATRIX_FILE}" "${CPUBUILD_HARDWARE_DATA}")
 message(STATUS "cpubuild: ${CPUBUILD_PACKAGE} for ${CPUBUILD_ARCH} with ${CPUBUILD_COMPILER_FAMILY}")
+
+# ------------------------------------------------------------------ torch projects
+# kind = torch: every variant is a torch C++ extension (TORCH_LIBRARY), compiled
+# against the headers of the torch the build uses and linked to its libraries,
+# which the wheel never carries (`import torch` has loaded them before the
+# dispatcher loads the one variant). CPUBUILD_TORCH_DIR is the torch package
+# (include/, lib/): cpubuild wheel passes a downloaded one for cross builds;
+# default: the torch of the build's Python.
+if(CPUBUILD_KIND STREQUAL "torch")
+  if(NOT CPUBUILD_TORCH_DIR)
+    _cpubuild_python(found -c "import importlib.util, os; s = importlib.util.find_spec('torch'); print(os.path.dirname(s.origin) if s and s.origin else '')")
+    string(STRIP "${found}" found)
+    if(NOT found)
+      message(FATAL_ERROR "cpubuild: ${CPUBUILD_PACKAGE} is a torch project ([tool.cpubuild] kind = torch), but the build's Python (${Python_EXECUTABLE}) has no torch: add torch to build-system.requires")
+    endif()
+    set(CPUBUILD_TORCH_DIR "${found}" CACHE PATH "The torch package the variants build against (include/, lib/)")
+  endif()
+  if(NOT DEFINED CPUBUILD_TORCH_CXX11_ABI)
+    _cpubuild_python(abi -m cpubuild.torchdist abi "${CPUBUILD_TORCH_DIR}")
+    string(STRIP "${abi}" abi)
+    set(CPUBUILD_TORCH_CXX11_ABI "${abi}" CACHE STRING "libtorch's _GLIBCXX_USE_CXX11_ABI")
+  endif()
+  _cpubuild_python(CPUBUILD_TORCH_VERSION -m cpubuild.torchdist version "${CPUBUILD_TORCH_DIR}")
+  string(STRIP "${CPUBUILD_TORCH_VERSION}" CPUBUILD_TORCH_VERSION)
+  add_library(cpubuild_torch INTERFACE IMPORTED)
+  set_target_properties(cpubuild_torch PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CPUBUILD_TORCH_DIR}/include;${CPUBUILD_TORCH_DIR}/include/torch/csrc/api/include"
+    INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${CPUBUILD_TORCH_CXX11_ABI}"
+    INTERFACE_LINK_LIBRARIES "${CPUBUILD_TORCH_DIR}/lib/libtorch.so;${CPUBUILD_TORCH_DIR}/lib/libtorch_cpu.so;${CPUBUILD_TORCH_DIR}/lib/libc10.so")
+  message(STATUS "cpubuild: torch ${CPUBUILD_TORCH_VERSION} from ${CPUBUILD_TORCH_DIR} (C++11 ABI ${CPUBUILD_TORCH_CXX11_ABI})")
+endif()
 
 if(APPLE)
   set(CPUBUILD_LIBRARY_SUFFIX ".dylib")  # CMake names MODULE libraries *.so even on macOS
@@ -224,6 +257,10 @@ function(cpubuild_add_variants name)
   endif()
   set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})
   set(gen "${CMAKE_CURRENT_BINARY_DIR}/cpubuild")
+  set(torch "")
+  if(CPUBUILD_KIND STREQUAL "torch")
+    set(torch cpubuild_torch)  # torch's headers need C++20 since 2.10; earlier ones accept it
+  endif()
 
   set(common_objects "")
   if(arg_COMMON_SOURCES)
@@ -231,9 +268,12 @@ function(cpubuild_add_variants name)
     target_include_directories(${name}_common PRIVATE ${arg_INCLUDE_DIRECTORIES})
     target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS})
     target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${base_flags})
-    target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES})
+    target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES} ${torch})
     set_target_properties(${name}_common PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
                           CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF)
+    if(torch)
+      set_target_properties(${name}_common PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+    endif()
     set(common_objects $<TARGET_OBJECTS:${name}_common>)
   endif()
 
@@ -262,7 +302,10 @@ function(cpubuild_add_variants name)
                                ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
     target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
     target_link_options(${target} PRIVATE ${CPUBUILD_LINK_FLAGS} ${arg_LINK_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
-    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${CPUBUILD_SYSTEM_LIBRARIES})
+    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${torch} ${CPUBUILD_SYSTEM_LIBRARIES})
+    if(torch)
+      set_target_properties(${target} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+    endif()
     # UNITY: all of a variant's SOURCES in one batch (the intrinsics headers are parsed once)
     set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
                           POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
@@ -286,10 +329,14 @@ function(cpubuild_add_variants name)
   install(TARGETS ${name}_probe LIBRARY DESTINATION "${dest}")
 
   string(REPLACE ";" "," built "${CPUBUILD_BUILD_VARIANTS}")  # one argument through ARGN
+  set(torch_version "")
+  if(torch)
+    set(torch_version --torch "${CPUBUILD_TORCH_VERSION}")
+  endif()
   _cpubuild_python(_ -m cpubuild.matrix --project "${CPUBUILD_PROJECT_DIR}"
                    manifest --arch "${CPUBUILD_ARCH}" --variants "${built}"
                    --library "_${name}_{variant}${CPUBUILD_LIBRARY_SUFFIX}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
-                   --out "${gen}/_manifest.json")
+                   ${torch_version} --out "${gen}/_manifest.json")
   install(FILES "${gen}/_manifest.json" DESTINATION "${dest}")
   install(DIRECTORY "${CPUBUILD_RUNTIME_DIR}/" DESTINATION "${dest}/_cpubuild"
           FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)

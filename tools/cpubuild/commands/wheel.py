@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .. import hostprobe
+from .. import hostprobe, torchdist
 from ..errors import CpubuildError, ToolMissingError, UsageError
-from ..hardware import hardware
+from ..hardware import Arch, hardware
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import Project, find_project
 from ..selfwheel import self_wheel
+from ..torchdist import TorchBuild
 from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
@@ -45,6 +47,7 @@ def plan_from_options(
         return best_runnable(matrix, arch, features.found).name
 
     isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None)
+    torch = torch_for(project, matrix.arches[arch], options.torch, native=arch == host.arch)
     isolated = not project.backend_importable() if options.isolation == "auto" else options.isolation == "on"
     return make_plan(
         matrix=matrix,
@@ -64,9 +67,27 @@ def plan_from_options(
         verbose=verbose,
         inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
         relabel=project.config.static_version is not None,
+        torch=torch,
         # An isolated build installs build-system.requires: cpubuild resolves to this one.
         extra_env=self_wheel().pip_env() if isolated else None,
     )
+
+
+def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bool) -> TorchBuild | None:
+    """The torch a torch project builds against: this Python's (native), or the
+    requested version's wheel for the target (cross; default: this Python's version)."""
+    if project.config.kind != "torch":
+        if requested:
+            raise UsageError(f"--torch {requested}: {project.config.dist_name} is not a torch project ([tool.cpubuild] kind = torch)")
+        return None
+    if native:
+        return torchdist.installed(requested)
+    if requested is None:
+        try:
+            requested = metadata.version("torch").split("+", 1)[0]
+        except metadata.PackageNotFoundError:
+            raise UsageError("a cross build of a torch project needs --torch X.Y.Z (this Python has no torch to follow)") from None
+    return torchdist.downloaded(requested, arch)
 
 
 @click.command(name="wheel")
@@ -85,6 +106,9 @@ def plan_from_options(
 @click.option("--ccache", type=click.Choice(SWITCHES), help="Compiler cache (default: auto, used when installed).")
 @click.option("--repair/--no-repair", default=None, help="auditwheel repair (default: on).")
 @click.option("--clean", is_flag=True, default=None, help="Start from an empty build directory.")
+@click.option("--torch", "torch", default=None, metavar="X.Y.Z",
+              help="Torch projects: the torch to build against (native: the environment's, which must be this version; "
+                   "cross: its wheel for the target is fetched). The wheel pins torch==X.Y.* and is labelled +cpu.ptXY.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
@@ -100,6 +124,7 @@ def command(
     ccache: str | None,
     repair: bool | None,
     clean: bool | None,
+    torch: str | None,
     quiet: bool,
     verbose: bool,
     as_json: bool,
@@ -114,7 +139,8 @@ def command(
     try:
         summary = _run(
             cli={"isa": isa, "arch": arch, "out": out, "build_root": build_root, "frontend": frontend,
-                 "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean},
+                 "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean,
+                 "torch": torch},
             project_dir=project_dir, quiet=quiet, verbose=verbose,
         )
     except CpubuildError as exc:

@@ -112,7 +112,8 @@ class LinuxCross:
         )
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
-        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan.target))
+        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan.target),
+                            exclude=plan.torch.libraries if plan.torch else ())
 
 
 PLATFORM = LinuxCross()

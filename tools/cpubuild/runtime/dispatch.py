@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UnknownISAError, UnsupportedISAError
+from .errors import DispatchError, UnknownISAError, UnsupportedISAError
 from .select import FeatureReport, RawProbe, Selection, decode_features, parse_name_list, select_variant
 
 MANIFEST = "_manifest.json"
@@ -28,7 +28,7 @@ MANIFEST = "_manifest.json"
 # a stale or misplaced file is caught before its code runs.
 VARIANT_SYMBOL = "cpubuild_variant_name"
 
-LoadHook = Callable[[str, ctypes.CDLL], None]
+LoadHook = Callable[[str, Any], None]  # (variant, its ctypes.CDLL or, for a torch project, its path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +103,10 @@ class Dispatcher:
     @property
     def package(self) -> str:
         return str(self.manifest().get("package", self.package_dir.name))
+
+    @property
+    def kind(self) -> str:
+        return str(self.manifest().get("kind", "ctypes"))
 
     @property
     def env_prefix(self) -> str:
@@ -187,26 +191,52 @@ class Dispatcher:
         with self._lock:
             self._hooks.append(hook)
 
-    def load_variant(self, name: str) -> ctypes.CDLL:
-        """The library of one variant, after checking the CPU runs it (cached)."""
+    def load_variant(self, name: str) -> Any:
+        """The library of one variant, after checking the CPU runs it (cached): a
+        ctypes.CDLL, or for a torch project the path torch.ops.load_library loaded."""
         with self._lock:
-            libs: dict[str, ctypes.CDLL] = self._state.setdefault("libs", {})
+            libs: dict[str, Any] = self._state.setdefault("libs", {})
             if name not in libs:
                 self.check_runnable(name)
                 path = self.library_path(name)
-                lib = ctypes.CDLL(str(path))
-                if hasattr(lib, VARIANT_SYMBOL):
-                    getattr(lib, VARIANT_SYMBOL).restype = ctypes.c_char_p
-                    loaded = getattr(lib, VARIANT_SYMBOL)().decode()
-                    if loaded != name:
-                        raise ImportError(f"{path} reports variant {loaded!r}, expected {name!r}")
+                lib: Any
+                if self.kind == "torch":
+                    lib = self._load_torch(name, path)
+                    self._check_variant(ctypes.CDLL(str(path)), name, path)  # dlopen again: the same handle
+                else:
+                    lib = ctypes.CDLL(str(path))
+                    self._check_variant(lib, name, path)
                 for hook in self._hooks:
                     hook(name, lib)
                 libs[name] = lib
             return libs[name]
 
-    def library(self) -> ctypes.CDLL:
-        """The selected variant's library."""
+    @staticmethod
+    def _check_variant(lib: ctypes.CDLL, name: str, path: Path) -> None:
+        if hasattr(lib, VARIANT_SYMBOL):
+            getattr(lib, VARIANT_SYMBOL).restype = ctypes.c_char_p
+            loaded = getattr(lib, VARIANT_SYMBOL)().decode()
+            if loaded != name:
+                raise ImportError(f"{path} reports variant {loaded!r}, expected {name!r}")
+
+    def _load_torch(self, name: str, path: Path) -> Path:
+        """torch.ops.load_library of one variant: its TORCH_LIBRARY registers the
+        package's ops, which only one variant per process may do."""
+        other = next(iter(self._state.get("libs", {})), None)
+        if other is not None:
+            raise DispatchError(f"{self.package}: variant {other!r} is already loaded; a torch project loads one variant "
+                                f"per process (its TORCH_LIBRARY registers the ops once): set {self.force_env} before first use")
+        import torch
+
+        built = str(self.manifest().get("torch", ""))
+        if built and _minor(built) != _minor(torch.__version__):
+            raise ImportError(f"{self.package} was built for torch {_minor(built)}; this is torch {torch.__version__}: "
+                              f"install torch=={_minor(built)}.* or a {self.package} built for torch {_minor(torch.__version__)}")
+        torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]
+        return path
+
+    def library(self) -> Any:
+        """The selected variant's library (see load_variant)."""
         return self.load_variant(self.selected_isa())
 
     def reset(self) -> None:
@@ -214,6 +244,10 @@ class Dispatcher:
         with self._lock:
             for key in ("selection", "host"):
                 self._state.pop(key, None)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split("+", 1)[0].split(".")[:2])
 
 
 DISPATCHER = Dispatcher(Path(__file__).resolve().parent.parent)

@@ -32,6 +32,7 @@ class WheelOptions:
     ccache: str = "auto"  # auto: used when installed
     repair: bool = True
     clean: bool = False
+    torch: str | None = None  # torch projects: the torch version to build against (None: the environment's)
 
 
 # option name -> (pyproject key, environment variable)
@@ -46,6 +47,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "ccache": ("ccache", "CPUBUILD_CCACHE"),
     "repair": ("repair", "CPUBUILD_REPAIR"),
     "clean": ("clean", "CPUBUILD_CLEAN"),
+    "torch": ("torch", "CPUBUILD_TORCH"),
 }
 
 
@@ -60,7 +62,7 @@ def _convert(name: str, value: Any, where: str, base: Path) -> Any:
         if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise fail("must be a list of ISA names or a comma-separated string")
-    if name in ("arch",):
+    if name in ("arch", "torch"):
         if not isinstance(value, str) or not value.strip():
             raise fail("must be a non-empty string")
         return value.strip()

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import UnknownISAError, UsageError
 from ..hardware import Arch
 from ..matrix import Matrix, Variant
+from ..torchdist import TorchBuild
 from .version import SourceVersion
 
 ALL = "all"
@@ -141,6 +142,7 @@ class BuildPlan:
     isa: IsaSet
     version: str
     relabel: bool  # static [project] version: the wheel is renamed to `version` after the build
+    torch: TorchBuild | None = field(default=None, hash=False)  # torch projects: the torch built against
     source_version: str
     version_origin: str
     source_date_epoch: int
@@ -162,8 +164,24 @@ class BuildPlan:
 
 
 def build_dir_for(build_root: Path, arch: str, isa: IsaSet) -> Path:
-    """One build directory per (arch, ISA set): switching sets never reconfigures another's."""
+    """One build directory per (arch, ISA set, torch): switching never reconfigures another's."""
     return build_root / f"{arch}-{isa.label_text}"
+
+
+def with_torch(isa: IsaSet, torch: TorchBuild | None) -> IsaSet:
+    """A torch project's label names the torch minor too: cpu.pt213[.avx512], so wheels
+    of one source for several torch versions never share a name."""
+    if torch is None:
+        return isa
+    return IsaSet(arch=isa.arch, variants=isa.variants, complete=isa.complete, label=(isa.label[0], torch.label, *isa.label[1:]))
+
+
+def torch_settings(torch: TorchBuild) -> dict[str, str]:
+    """What CMake and the version provider get to build against `torch`."""
+    return {
+        "cmake.define.CPUBUILD_TORCH_DIR": str(torch.directory),
+        "cmake.define.CPUBUILD_TORCH_CXX11_ABI": str(torch.cxx11_abi),
+    }
 
 
 def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose: bool) -> dict[str, str]:
@@ -229,8 +247,10 @@ def make_plan(
     extra_env: Mapping[str, str] | None = None,
     inherited_ccache_ignore: str = "",
     relabel: bool = False,
+    torch: TorchBuild | None = None,
 ) -> BuildPlan:
     arch = matrix.arches[isa.arch]
+    isa = with_torch(isa, torch)
     build_dir = build_dir_for(build_root, isa.arch, isa)
     version = source.with_label(isa.label)
     settings = config_settings(isa=isa, build_dir=build_dir, ccache=ccache, verbose=verbose)
@@ -238,12 +258,16 @@ def make_plan(
     env = build_env(version=version, source_date_epoch=source.source_date_epoch, jobs=jobs, ccache=ccache,
                     build_root=build_root, inherited_ignore=inherited_ccache_ignore)
     env.update(extra_env or {})
+    if torch is not None:
+        settings.update(torch_settings(torch))
+        env["CPUBUILD_TORCH_VERSION"] = torch.version  # the version provider's pin
     return BuildPlan(
         project=project,
         arch=isa.arch,
         target=arch,
         platform=platform,
         relabel=relabel,
+        torch=torch,
         isa=isa,
         version=version,
         source_version=source.text,

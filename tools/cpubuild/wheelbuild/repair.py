@@ -45,6 +45,7 @@ class Audit:
     sym_tag: str
     unsupported_isa: bool
     versioned_symbols: dict[str, list[str]] = field(hash=False)
+    external_libs: tuple[str, ...] = ()  # libraries the wheel needs but does not carry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +96,7 @@ def audit(wheel: Path, *, log: Log, ldpaths: str | None = None, disable_isa_chec
         sym_tag=str(data["sym_tag"]),
         unsupported_isa=bool(data.get("unsupported_isa", False)),
         versioned_symbols={str(k): [str(x) for x in v] for k, v in data.get("versioned_symbols", {}).items()},
+        external_libs=tuple(sorted(str(k) for k in data.get("external_libs", {}))),
     )
 
 
@@ -198,11 +200,13 @@ def repair_linux(
     guarded: Collection[str],
     log: Log,
     ldpaths: str | None = None,
+    exclude: Collection[str] = (),
 ) -> Repaired:
     """auditwheel repair to the lowest policy the binaries allow, at most `ceiling`.
 
     `guarded`: wheel paths of the variant libraries above the baseline (the
-    only files allowed to declare a higher x86-64 level)."""
+    only files allowed to declare a higher x86-64 level). `exclude`: sonames the
+    wheel must never carry (a torch project's libtorch: `import torch` loads it)."""
     dest.mkdir(parents=True, exist_ok=True)
 
     def run_repair(disable_isa_check: bool) -> subprocess.CompletedProcess[str]:
@@ -212,6 +216,8 @@ def repair_linux(
             cmd.append("--disable-isa-ext-check")
         if ldpaths:
             cmd += ["--ldpaths", ldpaths]
+        for soname in exclude:
+            cmd += ["--exclude", soname]
         return _run([*cmd, str(wheel)], log)
 
     isa_note = "passed"
@@ -231,12 +237,19 @@ def repair_linux(
     repaired = produced[0]
     after = audit(repaired, log=log, ldpaths=ldpaths, disable_isa_check=disable)
     platforms = inspect(repaired).platforms
-    if after.overall_tag not in platforms:
-        raise BuildFailedError(f"auditwheel show says {after.overall_tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
-    if not policy_at_most(after.overall_tag, ceiling):
+    # `auditwheel show` knows no --exclude: libraries left out on purpose make its
+    # overall tag linux_*; then the symbol tag is the wheel's, and nothing else may be external.
+    outside = set(after.external_libs) - set(exclude)
+    if outside:
+        raise BuildFailedError(f"{repaired.name} needs {', '.join(sorted(outside))}, which it does not carry")
+    tag = after.sym_tag if exclude and after.external_libs else after.overall_tag
+    if tag not in platforms:
+        raise BuildFailedError(f"auditwheel show says {tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
+    if not policy_at_most(tag, ceiling):
         offenders = symbols_above(wheel, ceiling)
         raise BuildFailedError(
-            f"the binaries need {after.overall_tag}, above {ceiling}, the policy isa_matrix.toml aims at",
+            f"the binaries need {tag}, above {ceiling}, the policy the project aims at",
             detail="symbol versions above the policy:\n  " + "\n  ".join(offenders[:40] or ["(none found: see the auditwheel output in the build log)"]),
         )
-    return Repaired(wheel=repaired, policy=after.overall_tag, audited=after.overall_tag, isa_ext_check=isa_note)
+    audited = tag if not after.external_libs else f"{tag}, without {', '.join(after.external_libs)} (excluded: loaded from torch)"
+    return Repaired(wheel=repaired, policy=tag, audited=audited, isa_ext_check=isa_note)

@@ -146,7 +146,8 @@ def repair_cached(
         tool = metadata.version("auditwheel")
     except metadata.PackageNotFoundError:
         tool = "?"
-    key = digest(wheelzip.sha256_file(wheel), platform.name, plan.manylinux, *sorted(guarded), tool)
+    key = digest(wheelzip.sha256_file(wheel), platform.name, plan.manylinux, *sorted(guarded), tool,
+                 *(plan.torch.libraries if plan.torch else ()))
     store = plan.build_dir / "cpubuild-repair"
     meta = store / f"{key}.json"
     if meta.is_file():
@@ -294,6 +295,7 @@ def _build(
             "isa_ext_check": isa_check,
         },
         "compiler": toolchain.cxx.display,
+        "torch": {"version": plan.torch.version, "origin": plan.torch.origin} if plan.torch else None,
         "ccache": plan.ccache,
         "frontend": plan.frontend,
         "isolated": plan.isolated,
