@@ -14,6 +14,7 @@ import hashlib
 import os
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -35,14 +36,21 @@ class SelfWheel:
     def find_links(self) -> Path:
         return self.wheel.parent
 
-    def pip_env(self) -> dict[str, str]:
-        """Environment that makes pip / uv / build resolve cpubuild to this wheel."""
+    def pip_env(self, pins: Sequence[str] = ()) -> dict[str, str]:
+        """Environment that makes pip / uv / build resolve cpubuild to this wheel;
+        `pins` (e.g. torch==2.13.0+cpu) constrain the build environment further."""
         links = str(self.find_links)
+        constraints = self.constraints
+        if pins:
+            text = self.constraints.read_text(encoding="utf-8") + "".join(f"{pin}\n" for pin in pins)
+            constraints = self.constraints.with_name(f"constraints-{hashlib.sha256(text.encode()).hexdigest()[:12]}.txt")
+            if not constraints.is_file():
+                _write_atomic(constraints, text)
         return {
             "PIP_FIND_LINKS": " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS", ""), links])),
             "UV_FIND_LINKS": ",".join(filter(None, [os.environ.get("UV_FIND_LINKS", ""), links])),
-            "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT", ""), str(self.constraints)])),
-            "UV_BUILD_CONSTRAINT": str(self.constraints),
+            "PIP_CONSTRAINT": " ".join(filter(None, [os.environ.get("PIP_CONSTRAINT", ""), str(constraints)])),
+            "UV_BUILD_CONSTRAINT": str(constraints),
         }
 
 
@@ -103,3 +111,9 @@ def self_wheel() -> SelfWheel:
         os.replace(tmp, wheel)
         constraints.write_text(f"cpubuild=={__version__}\n", encoding="utf-8")
     return SelfWheel(wheel=wheel, constraints=constraints)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, encoding="utf-8") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)

@@ -30,6 +30,7 @@ from .wheelbuild.cache import cache_dir
 
 # What of a torch wheel a build needs.
 BUILD_MEMBERS = ("torch/include/", "torch/lib/", "torch/version.py")
+PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 _VERSION = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
@@ -39,6 +40,7 @@ class TorchBuild:
     directory: Path  # the torch package: include/, lib/
     cxx11_abi: int
     origin: str  # how it was found, for the report
+    manylinux: str | None = None  # torch's own platform tag (manylinux_2_28_x86_64): a ceiling for our wheels
 
     @property
     def public(self) -> str:
@@ -54,10 +56,27 @@ class TorchBuild:
         """The local-version segment of wheels built against it: pt213 for torch 2.13."""
         return "pt" + self.minor.replace(".", "")
 
+    def policy_ceiling(self, aimed: str) -> str:
+        """The lower of the matrix's policy and torch's own: a wheel that loads
+        libtorch cannot run anywhere torch itself does not."""
+        if self.manylinux is None or _glibc(self.manylinux) >= _glibc(aimed):
+            return aimed
+        return aimed[: len("manylinux_")] + "_".join(map(str, _glibc(self.manylinux))) + aimed[aimed.index("_", len("manylinux_X_Y")):]
+
     @property
     def libraries(self) -> tuple[str, ...]:
         """torch's shared libraries: a wheel loads them from torch, never carries them (auditwheel --exclude)."""
         return tuple(sorted(p.name for p in (self.directory / "lib").glob("*.so*") if p.is_file()))
+
+
+def _glibc(tag: str) -> tuple[int, int]:
+    match = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+    return (int(match.group(1)), int(match.group(2))) if match else (999, 0)
+
+
+def _wheel_policy(tags: str) -> str | None:
+    """The manylinux_X_Y_arch tag among a wheel's platform tags (dots separate several)."""
+    return next((t for t in re.split(r"[.\s]", tags) if re.fullmatch(r"manylinux_\d+_\d+_\w+", t)), None)
 
 
 def read_version(directory: Path) -> str:
@@ -85,22 +104,35 @@ def cxx11_abi(directory: Path) -> int:
     return 1 if any("__cxx11" in n for n in names) else 0
 
 
-def installed(requested: str | None) -> TorchBuild:
-    """The torch of this Python (without importing it); `requested` must be its version."""
+def installed_version() -> str | None:
+    """The version of this Python's torch (2.13.0+cpu), None without one."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def same_release(version: str, requested: str) -> bool:
+    """2.13.0+cpu is the 2.13.0 asked for; 2.13 asks for 2.13.0."""
+    def parts(v: str) -> tuple[int, ...]:
+        numbers = [int(x) for x in re.findall(r"\d+", v.split("+", 1)[0])[:3]]
+        return tuple(numbers + [0] * (3 - len(numbers)))
+    return parts(version) == parts(requested)
+
+
+def installed(requested: str | None = None) -> TorchBuild:
+    """The torch of this Python (without importing it); `requested` only words the error."""
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         want = f"torch=={requested}" if requested else "torch"
         raise UsageError(f"this is a torch project ([tool.cpubuild] kind = torch), but {sys.executable} has no torch: "
-                         f"pip install '{want}' there (cpubuild builds against the torch of its environment)")
+                         f"pip install '{want}' there, or pass --torch X.Y.Z to build against that release's wheel, downloaded")
     directory = Path(spec.origin).parent
-    version = metadata.version("torch")
-    if requested is not None and version.split("+", 1)[0] != requested.split("+", 1)[0]:
-        known = released_versions()
-        if known and requested.split("+", 1)[0] not in known:
-            raise UsageError(f"--torch {requested}: no such torch release on the package index (newest: {', '.join(known[:5])})")
-        raise UsageError(f"--torch {requested}: {sys.executable} has torch {version}; install torch=={requested} there "
-                         "to build against it (native builds use the environment's torch)")
-    return TorchBuild(version=version, directory=directory, cxx11_abi=cxx11_abi(directory), origin=f"installed ({directory})")
+    dist = metadata.distribution("torch")
+    wheel_tags = " ".join(line.split(":", 1)[1].strip().split("-")[-1] for line in (dist.read_text("WHEEL") or "").splitlines()
+                          if line.startswith("Tag:"))
+    return TorchBuild(version=dist.version, directory=directory, cxx11_abi=cxx11_abi(directory), origin=f"installed ({directory})",
+                      manylinux=_wheel_policy(wheel_tags))
 
 
 def released_versions() -> list[str]:
@@ -114,26 +146,84 @@ def released_versions() -> list[str]:
     return [v.strip() for v in line.split(":", 1)[1].split(",")] if line else []
 
 
-def _download(version: str, platform: str) -> Path:
+def _pip_download(requirement: str, platform: str, python: str, dest: Path) -> subprocess.CompletedProcess[str]:
+    """One wheel, no dependencies (pip evaluates dependency markers for this host,
+    not for --platform: fetch_with_dependencies walks them itself)."""
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--only-binary", ":all:",
+           "--platform", platform, "--python-version", python, "--implementation", "cp", "-d", str(dest), requirement]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+
+
+def _download(version: str, platform: str, python: str = PYTHON) -> Path:
+    """torch `version`'s wheel for `platform` and CPython `python` (X.Y), cached."""
     folder = cache_dir() / "torch-wheels"
     folder.mkdir(parents=True, exist_ok=True)
-    pattern = f"torch-{version}*-cp{sys.version_info[0]}{sys.version_info[1]}-*{platform.split('_', 3)[-1]}.whl"
+    pattern = f"torch-{version}*-cp{python.replace('.', '')}-*{platform.split('_', 3)[-1]}.whl"
     found = sorted(folder.glob(pattern))
     if found:
         return found[-1]
     with tempfile.TemporaryDirectory(prefix="cpubuild-torch-", dir=folder) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--only-binary", ":all:",
-               "--platform", platform, "--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}",
-               "--implementation", "cp", "-d", tmp, f"torch=={version}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        proc = _pip_download(f"torch=={version}", platform, python, Path(tmp))
         wheels = sorted(Path(tmp).glob("torch-*.whl"))
         if proc.returncode != 0 or not wheels:
+            known = released_versions()
+            if known and version not in known:
+                raise UsageError(f"--torch {version}: no such torch release on the package index (newest: {', '.join(known[:5])})")
             errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
             why = next((e for e in errors if "Could not find" in e or "No matching" in e), errors[0] if errors else "no wheel")
-            raise UsageError(f"--torch {version}: no torch {version} wheel for {platform} on the package index ({why})")
+            raise UsageError(f"--torch {version}: no torch {version} wheel for {platform} and "
+                             f"CPython {python} on the package index ({why})")
         target = folder / wheels[0].name
         shutil.move(str(wheels[0]), target)
         return target
+
+
+def target_environment(platform: str, python: str) -> dict[str, str]:
+    """PEP 508 marker values of a Linux CPython `python` on `platform` (manylinux_2_28_aarch64)."""
+    machine = platform.split("_", 3)[-1]
+    return {"implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": machine,
+            "python_version": python, "python_full_version": f"{python}.0", "implementation_version": f"{python}.0",
+            "platform_release": "", "platform_version": "", "extra": ""}
+
+
+def fetch_with_dependencies(version: str, platform: str, python: str, dest: Path) -> list[Path]:
+    """torch `version` and everything it requires on that platform and Python, as
+    wheels in `dest` (torch's own from the cache). Markers are evaluated for the
+    target, so an aarch64 torch gets no CUDA packages and x86_64 ones no triton
+    unless torch asks for them there."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    environment = target_environment(platform, python)
+    dest.mkdir(parents=True, exist_ok=True)
+    torch_wheel = _download(version, platform, python)
+    shutil.copy2(torch_wheel, dest / torch_wheel.name)
+    done = {"torch"}
+    queue = [dest / torch_wheel.name]
+    while queue:
+        wheel = queue.pop()
+        for text in _requires_dist(wheel):
+            req = Requirement(text)
+            name = canonicalize_name(req.name)
+            if name in done or (req.marker is not None and not req.marker.evaluate(environment)):
+                continue
+            done.add(name)
+            before = set(dest.glob("*.whl"))
+            proc = _pip_download(f"{req.name}{req.specifier}", platform, python, dest)
+            got = sorted(set(dest.glob("*.whl")) - before)
+            if proc.returncode != 0 or not got:
+                why = next((line for line in proc.stderr.splitlines() if line.startswith("ERROR")), proc.stderr[-300:])
+                raise UsageError(f"torch {version} for {platform}: cannot fetch its dependency {text!r}: {why}")
+            queue += got
+    return sorted(dest.glob("*.whl"))
+
+
+def _requires_dist(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+        text = archive.read(meta).decode("utf-8") if meta else ""
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
 
 
 def downloaded(version: str, arch: Arch) -> TorchBuild:
@@ -156,7 +246,18 @@ def downloaded(version: str, arch: Arch) -> TorchBuild:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return TorchBuild(version=read_version(directory), directory=directory, cxx11_abi=cxx11_abi(directory),
-                      origin=f"downloaded ({wheel.name})")
+                      origin=f"downloaded ({wheel.name})", manylinux=_wheel_policy(wheel.name.removesuffix(".whl").split("-")[-1]))
+
+
+def build_env_pins(torch: TorchBuild | None) -> tuple[str, ...]:
+    """What an isolated build environment's `torch` requirement is pinned to. CMake
+    builds against `torch` (CPUBUILD_TORCH_DIR) and the provider pins its minor, so the
+    environment's own torch only has to install: this Python's exact torch when it has
+    one (a cached or local wheel), else the release built against."""
+    if torch is None:
+        return ()
+    here = installed_version()
+    return (f"torch=={here or torch.public}",)
 
 
 def _main(argv: list[str]) -> int:

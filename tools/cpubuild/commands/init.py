@@ -1,10 +1,13 @@
-"""`cpubuild init DIR --name NAME [--arch x86_64,aarch64] [--force]`: a new project that works as written.
+"""`cpubuild init DIR --name NAME [--kind ctypes|torch] [--arch x86_64,aarch64] [--force]`:
+a new project that works as written.
 
-Writes a ctypes project from the template shipped in cpubuild/templates/ctypes:
+Writes a project from a template shipped in cpubuild/templates/<kind>:
 pyproject.toml ([tool.cpubuild], the cpubuild version provider), isa_matrix.toml
 (variants of the arches asked for), CMakeLists.txt (cpubuild's CMake package),
-a C kernel with one code path per variant, the Python package (binding,
-`python -m NAME`, selftest), a pytest file, a README and a .gitignore.
+kernels with one code path per variant, the Python package (`python -m NAME`,
+selftest), a pytest file, a README and a .gitignore. `ctypes` (the default): a C
+kernel behind a ctypes binding. `torch`: vLLM-style ops (rms_norm,
+silu_and_mul) as a torch C++ extension, one per variant, loaded through torch.ops.
 
 NAME is the distribution name; the import package is NAME with '-' turned
 into '_', the environment prefix (PREFIX_ISA) is the package upper-cased.
@@ -32,13 +35,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
-TEMPLATE = "ctypes"
+from ..contract import KINDS
+
 # Arches the template has variants and kernel code paths for, in the order files list them.
 TEMPLATE_ARCHES = ("x86_64", "aarch64")
 # PEP 508 distribution names
 DIST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 # Names whose package would shadow what the build or the package itself imports.
-RESERVED = ("cpubuild", "scikit_build_core", "pytest")
+RESERVED = ("cpubuild", "scikit_build_core", "pytest", "torch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +105,7 @@ def variant_summary(matrix_text: str) -> str:
     return "; ".join(f"{arch}: {', '.join(names)}" for arch, names in per_arch.items())
 
 
-def project_files(names: Names, arches: tuple[str, ...]) -> dict[str, str]:
+def project_files(names: Names, arches: tuple[str, ...], kind: str = "ctypes") -> dict[str, str]:
     """Relative path -> content of every file of the new project."""
     values = {
         "name": names.dist,
@@ -111,8 +115,8 @@ def project_files(names: Names, arches: tuple[str, ...]) -> dict[str, str]:
         "cpubuild_requirement": cpubuild_requirement(),
     }
     flags = {arch: arch in arches for arch in TEMPLATE_ARCHES}
-    values["variant_list"] = variant_summary(render(read_template(TEMPLATE, "isa_matrix.toml.tmpl"), values, flags))
-    return render_project(TEMPLATE, values, flags)
+    values["variant_list"] = variant_summary(render(read_template(kind, "isa_matrix.toml.tmpl"), values, flags))
+    return render_project(kind, values, flags)
 
 
 def check_target(directory: Path, files: dict[str, str], *, force: bool) -> None:
@@ -143,26 +147,28 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
 @click.command(name="init")
 @click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
 @click.option("--name", required=True, help="Distribution name; the import package is NAME with '-' -> '_'.")
+@click.option("--kind", type=click.Choice(KINDS), default="ctypes", show_default=True,
+              help="ctypes: a C kernel behind a ctypes binding; torch: torch.ops extensions (needs torch to build).")
 @click.option("--arch", "arches", multiple=True, metavar="ARCH[,ARCH]",
               help=f"Arches to write variants for (default: {','.join(TEMPLATE_ARCHES)}).")
 @click.option("--force", is_flag=True, help="Write into a non-empty DIR (replacing files of the same names).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def command(directory: Path, name: str, arches: tuple[str, ...], force: bool, quiet: bool) -> None:
-    """Create a new project in DIR: C kernel, ISA variants, ctypes package, selftest, tests, README.
+def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], force: bool, quiet: bool) -> None:
+    """Create a new project in DIR: kernels, ISA variants, Python package, selftest, tests, README.
 
     The project builds as written: `cpubuild wheel --project DIR`, then
     install the wheel and run `pytest` in DIR (see its README.md).
     """
     names = project_names(name)
     chosen = parse_arches(arches or (",".join(TEMPLATE_ARCHES),))
-    files = project_files(names, chosen)
+    files = project_files(names, chosen, kind)
     check_target(directory, files, force=force)
     write_files(directory, files)
     if quiet:
         return
     for rel in files:
         click.echo(f"wrote {directory / rel}")
-    click.echo(f"\n{names.dist}: package {names.package}, variants for {', '.join(chosen)}, "
+    click.echo(f"\n{names.dist}: {kind} project, package {names.package}, variants for {', '.join(chosen)}, "
                f"{names.prefix}_ISA forces a variant. Next:")
-    click.echo(f"  cpubuild wheel --project {directory}")
+    click.echo(f"  cpubuild wheel --project {directory}" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
     click.echo(f"  pip install {directory}/wheelhouse/{names.wheel_name}-*.whl pytest && (cd {directory} && pytest)")

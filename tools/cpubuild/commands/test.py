@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from ..emulate.rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
+from ..emulate.torchsite import check_host_torch, ensure_torch_site
 from ..errors import EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..project import find_project
@@ -44,6 +45,7 @@ class Target:
     selftest: tuple[str, ...]  # () when the project declares none
     variants: dict[str, tuple[str, ...]]  # built variant -> required features, lowest priority first
     known: tuple[str, ...]  # every variant of the arch, built or not
+    torch: str | None = None  # torch projects: the torch release the wheel was built against
 
     @property
     def force_env(self) -> str:
@@ -118,6 +120,7 @@ def read_target(wheel: Path) -> Target:
         selftest=tuple(shlex.split(manifest["selftest"])) if manifest.get("selftest") else (),
         variants={str(v["name"]): tuple(v["requires"]) for v in ordered if v.get("built", True)},
         known=tuple(str(v["name"]) for v in ordered),
+        torch=str(manifest["torch"]) if manifest.get("torch") else None,
     )
 
 
@@ -276,7 +279,14 @@ def run_emulated(
     report: dict[str, Any] = {}
     selected = report_error = checks_skipped = None
     result: dict[str, Any] | None = None
-    with installed_wheel(wheel, root) as site:
+    torch_site = ""  # a torch extension: that torch must be importable there too
+    if target.torch and root is None:
+        check_host_torch(python, target.torch)
+    elif target.torch and root is not None:
+        torch_site = f":{ensure_torch_site(root, arch, target.torch, log=say)}"
+        say(f"torch: {target.torch} ({torch_site[1:]})")
+    with installed_wheel(wheel, root) as wheel_site:
+        site = wheel_site + torch_site
         proc = emulator.run(["-m", target.package, "--json"], pythonpath=site, env=env, host_python=python)
         died = signal_name(proc.returncode)
         parsed = last_json(proc.stdout)
@@ -332,6 +342,8 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str 
     from ..emulate import bochs
 
     model = cpu.removeprefix(BOCHS_PREFIX)
+    if target.torch:
+        raise UsageError(f"{wheel.name} is a torch extension: the Bochs guest has no torch (use a QEMU model)")
     env = {target.force_env: forced} if forced else {}
     commands = [bochs.GuestCommand(name="report", argv=("python3", "-m", target.package, "--json"), env=env)]
     if checks and target.selftest:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -68,25 +67,27 @@ def plan_from_options(
         inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
         relabel=project.config.static_version is not None,
         torch=torch,
-        # An isolated build installs build-system.requires: cpubuild resolves to this one.
-        extra_env=self_wheel().pip_env() if isolated else None,
+        # An isolated build installs build-system.requires: cpubuild resolves to this one,
+        # and torch (which the build does not use: CMake gets the torch above) to the one here.
+        extra_env=self_wheel().pip_env(torchdist.build_env_pins(torch)) if isolated else None,
     )
 
 
 def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bool) -> TorchBuild | None:
-    """The torch a torch project builds against: this Python's (native), or the
-    requested version's wheel for the target (cross; default: this Python's version)."""
+    """The torch a torch project builds against: this Python's (native, unless
+    another version is asked for), else the requested version's wheel for the
+    target arch, downloaded (default: this Python's version)."""
     if project.config.kind != "torch":
         if requested:
             raise UsageError(f"--torch {requested}: {project.config.dist_name} is not a torch project ([tool.cpubuild] kind = torch)")
         return None
-    if native:
+    here = torchdist.installed_version()
+    if native and (requested is None or (here and torchdist.same_release(here, requested))):
         return torchdist.installed(requested)
     if requested is None:
-        try:
-            requested = metadata.version("torch").split("+", 1)[0]
-        except metadata.PackageNotFoundError:
-            raise UsageError("a cross build of a torch project needs --torch X.Y.Z (this Python has no torch to follow)") from None
+        if here is None:
+            raise UsageError("a cross build of a torch project needs --torch X.Y.Z (this Python has no torch to follow)")
+        requested = here.split("+", 1)[0]
     return torchdist.downloaded(requested, arch)
 
 

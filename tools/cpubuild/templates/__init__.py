@@ -1,8 +1,8 @@
 """Project templates for `cpubuild init`, shipped as package data.
 
-A template is a directory (``ctypes/``) of ``*.tmpl`` files plus a
-``files.toml`` that says where each one goes in the new project and for
-which arches it is written. Rendering is a tiny substitution, no template
+A template is a directory (``ctypes/``, ``torch/``) of ``*.tmpl`` files plus
+a ``files.toml`` that says where each one goes in the new project and for
+which arches it is written (``other/NAME.tmpl`` borrows another template's file). Rendering is a tiny substitution, no template
 engine: ``{{key}}`` is replaced by a value, and lines between
 ``{{#flag}}`` and ``{{/flag}}`` (each marker alone on its line) are kept only
 when the flag is set (e.g. ``{{#aarch64}}``). An unknown key or an unclosed
@@ -99,7 +99,8 @@ def render_project(kind: str, values: Mapping[str, str], flags: Mapping[str, boo
                 continue
         try:
             path = render(item.path, values, flags)
-            text = render(read_template(kind, item.source), values, flags)
+            owner, _, name = item.source.rpartition("/")  # "ctypes/x.tmpl": another template's file
+            text = render(read_template(owner or kind, name), values, flags)
         except TemplateError as exc:
             raise TemplateError(f"{kind}/{item.source}: {exc}") from None
         rendered[path] = text

@@ -275,7 +275,7 @@ def make_plan(
         source_date_epoch=source.source_date_epoch,
         build_dir=build_dir,
         out_dir=out_dir,
-        manylinux=arch.manylinux,
+        manylinux=torch.policy_ceiling(arch.manylinux) if torch else arch.manylinux,
         frontend=frontend,
         isolated=isolated,
         jobs=jobs,
