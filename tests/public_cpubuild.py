@@ -75,6 +75,7 @@ def site_packages(python: Path) -> Path:
 @dataclass(frozen=True)
 class PublicCpubuild:
     venv: Path
+    wheel: Path  # the cpubuild wheel installed there (other venvs may install it too)
 
     @property
     def python(self) -> Path:
@@ -141,7 +142,7 @@ def public_cpubuild(tmp_path_factory: pytest.TempPathFactory) -> PublicCpubuild:
     run([*UV, "build", "-q", "--wheel", "--out-dir", str(wheels), str(source)], env=clean_env(), cwd=root, timeout=900)
     (wheel,) = wheels.glob("cpubuild-*.whl")
     python = fresh_venv(root / "venv", str(wheel))
-    public = PublicCpubuild(venv=root / "venv")
+    public = PublicCpubuild(venv=root / "venv", wheel=wheel)
     where = Path(run([str(python), "-c", "import cpubuild; print(cpubuild.__file__)"], env=public.env(), cwd=root).stdout.strip())
     assert where.is_relative_to(site_packages(python)), f"cpubuild imported from {where}, not the venv"
     leaked = run([str(python), "-c", "import importlib.util as u; print(u.find_spec('cpukern'), u.find_spec('numpy'))"],

@@ -17,14 +17,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import REPO, require, require_tool, run
 from cpubuild.matrix import load_matrix
 from cpubuild.project import load_project
 from oracle import ARCH, oracle_ranking
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 
-EXAMPLE = REPO / "examples" / "dotlib"
-EXAMPLE_COMMAND = ("init", "examples/dotlib", "--name", "dotlib", "--arch", "x86_64,aarch64")  # see examples/README.md
+# The committed examples init wrote, and the command that wrote each (see examples/README.md).
+EXAMPLES = {
+    "dotlib": ("init", "examples/dotlib", "--name", "dotlib", "--arch", "x86_64,aarch64"),
+    "torch_ops": ("init", "examples/torch_ops", "--name", "torch-ops", "--kind", "torch", "--arch", "x86_64,aarch64"),
+}
 
 
 def cpubuild(*args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -41,17 +45,20 @@ def tree(root: Path) -> dict[str, bytes]:
 # ------------------------------------------------------------------ the template
 
 
-def test_examples_dotlib_is_fresh_init_output(tmp_path: Path) -> None:
-    """examples/dotlib (tracked and untracked-but-not-ignored files) == what init writes now."""
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_is_fresh_init_output(tmp_path: Path, name: str) -> None:
+    """examples/<name> (tracked and untracked-but-not-ignored files) == what init writes now."""
     require(shutil.which("git") is not None and (REPO / ".git").exists(), "not a git checkout: cannot tell ignored files")
-    out = tmp_path / "examples" / "dotlib"
-    cpubuild(*EXAMPLE_COMMAND[:1], str(out), *EXAMPLE_COMMAND[2:], cwd=tmp_path, check=True)
-    listed = run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."], cwd=EXAMPLE).stdout.split()
-    committed = {name: (EXAMPLE / name).read_bytes() for name in listed if (EXAMPLE / name).is_file()}
+    command = EXAMPLES[name]
+    example = REPO / command[1]
+    out = tmp_path / command[1]
+    cpubuild(command[0], str(out), *command[2:], cwd=tmp_path, check=True)
+    listed = run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "."], cwd=example).stdout.split()
+    committed = {name: (example / name).read_bytes() for name in listed if (example / name).is_file()}
     fresh = tree(out)
-    assert sorted(committed) == sorted(fresh), "files differ: rerun `cpubuild " + " ".join(EXAMPLE_COMMAND) + " --force`"
+    assert sorted(committed) == sorted(fresh), "files differ: rerun `cpubuild " + " ".join(command) + " --force`"
     stale = [name for name in fresh if committed[name] != fresh[name]]
-    assert not stale, f"examples/dotlib differs from `cpubuild {' '.join(EXAMPLE_COMMAND)}` in {stale}"
+    assert not stale, f"{command[1]} differs from `cpubuild {' '.join(command)}` in {stale}"
 
 
 @pytest.mark.parametrize(("arches", "expected"), [
@@ -89,6 +96,32 @@ def test_written_project_follows_the_contract(tmp_path: Path, arches: str, expec
         assert "cpubuild test --arch aarch64 --cpu neoverse-n1 --expect auto" in readme
 
 
+def test_torch_project_follows_the_contract(tmp_path: Path) -> None:
+    """--kind torch: a torch project (dynamic dependencies for the torch pin), the ops under
+    the package's namespace, code paths for the variants the issue names, nothing unrendered."""
+    out = tmp_path / "ops"
+    proc = cpubuild("init", str(out), "--name", "my-ops", "--kind", "torch", cwd=tmp_path, check=True)
+    assert "torch project" in proc.stdout and "--torch X.Y.Z" in proc.stdout
+    project = load_project(out)
+    assert project.config.kind == "torch" and project.config.package == "my_ops"
+    assert project.cmake_problems() == []
+    pyproject = tomllib.loads((out / "pyproject.toml").read_text())
+    assert set(pyproject["project"]["dynamic"]) == {"version", "dependencies"}
+    assert "torch" in pyproject["build-system"]["requires"]
+    matrix = load_matrix(project.matrix_path)
+    assert {arch: [v.name for v in matrix.variants_for(arch)] for arch in matrix.arches} == {
+        "x86_64": ["baseline", "avx2", "avx512bf16"], "aarch64": ["neon", "neon_dotprod"]}
+    files = tree(out)
+    for name, data in files.items():
+        assert b"{{" not in data.replace(b'{{"error"', b"") and b"{{#" not in data, f"{name}: an unrendered placeholder"
+    vec = files["csrc/vec.h"].decode()
+    for variant in ("AVX2", "AVX512BF16", "NEON_DOTPROD"):
+        assert f"MY_OPS_VARIANT_{variant}" in vec
+    bindings = files["csrc/torch_bindings.cpp"].decode()
+    assert "TORCH_LIBRARY(my_ops, m)" in bindings and "rms_norm(Tensor! out" in bindings
+    assert 'register_fake("my_ops::rms_norm")' in files["src/my_ops/__init__.py"].decode()
+
+
 def test_force_writes_into_a_nonempty_directory(tmp_path: Path) -> None:
     out = tmp_path / "proj"
     out.mkdir()
@@ -112,6 +145,7 @@ def test_force_writes_into_a_nonempty_directory(tmp_path: Path) -> None:
     (["--name", "class"], "keyword"),
     (["--name", "json"], "shadow"),
     (["--name", "cpubuild"], "shadow"),
+    (["--name", "torch", "--kind", "torch"], "shadow"),
     (["--name", "dotlib", "--arch", "riscv64"], "unknown arch"),
     (["--name", "dotlib", "--arch", "x86_64,s390x"], "no template for s390x"),
     (["--name", "dotlib", "--arch", ","], "at least one arch"),

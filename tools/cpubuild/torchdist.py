@@ -170,12 +170,18 @@ def _download(version: str, platform: str, python: str = PYTHON) -> Path:
             if known and version not in known:
                 raise UsageError(f"--torch {version}: no such torch release on the package index (newest: {', '.join(known[:5])})")
             errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-            why = next((e for e in errors if "Could not find" in e or "No matching" in e), errors[0] if errors else "no wheel")
+            last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), "no wheel")
+            why = next((e for e in errors if "Could not find" in e or "No matching" in e), errors[0] if errors else last)
             raise UsageError(f"--torch {version}: no torch {version} wheel for {platform} and "
                              f"CPython {python} on the package index ({why})")
         target = folder / wheels[0].name
         shutil.move(str(wheels[0]), target)
         return target
+
+
+def release_wheel(version: str, platform: str, python: str = PYTHON) -> Path:
+    """torch `version`'s own wheel for `platform` and CPython `python` (cached under cpubuild's cache)."""
+    return _download(version, platform, python)
 
 
 def target_environment(platform: str, python: str) -> dict[str, str]:
