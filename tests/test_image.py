@@ -9,6 +9,7 @@ CPU, which has every feature.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -276,3 +277,64 @@ def test_a_project_without_a_dockerfile_gets_cpubuilds_template(daemon: None, tm
     assert inspect["Config"]["Cmd"] == ["python3", "-m", "dotlib"] and inspect["Config"]["User"] == "dotlib"
     assert inspect["Config"]["Labels"]["io.cpubuild.package"] == "dotlib"
     assert not (project / "docker").exists() and not (project / ".cpubuild").exists()  # nothing written into the project
+
+
+TORCH_PROBE = """\
+import json, os, pathlib, importlib.metadata as md, torch, torch_ops
+x = torch.randn(8, 64, dtype=torch.bfloat16); w = torch.randn(64, dtype=torch.bfloat16)
+xf = x.float()
+reference = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "torch_file": torch.__file__,
+                  "requires": md.requires("torch-ops"), "preload": os.environ.get("LD_PRELOAD"),
+                  "tcmalloc_mapped": "libtcmalloc_minimal" in pathlib.Path("/proc/self/maps").read_text(),
+                  "selected": torch_ops.selected_isa(),
+                  "close": torch.allclose(torch_ops.rms_norm(x, w, 1e-6).float(), reference, atol=0.05, rtol=0.02)}))
+"""
+
+
+def check_torch_image(image: dict[str, Any], release: str) -> None:
+    """What runs in a torch project's image: the CPU build of `release` from the image's own tree, the wheel
+    pinned to its minor, tcmalloc preloaded and mapped, the dispatched rms_norm close to torch's."""
+    proc = docker_run(image["tag"], "python3", "-c", TORCH_PROBE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = json.loads(proc.stdout)
+    assert facts["torch"].split("+", 1)[0] == release and facts["cuda"] is None
+    assert facts["torch_file"].startswith("/opt/cpubuild-torch/")
+    assert f"torch=={'.'.join(release.split('.')[:2])}.*" in facts["requires"]
+    assert facts["preload"] == "/usr/local/lib/libtcmalloc_minimal.so.4" and facts["tcmalloc_mapped"]
+    assert facts["selected"] == image["selected"] and facts["close"]
+
+
+def test_a_torch_project_image_carries_the_cpu_torch_its_wheel_was_built_against(daemon: None) -> None:
+    """examples/torch_ops (kind torch) on amd64: the build stage compiles against the CPU torch that
+    `cpubuild image` fetched for the image's platform and python3 (this Python's release), the runtime
+    carries that torch, the test stage ran the selftest (every op of the loaded variant against torch
+    eager), and the image dispatches as the oracle says."""
+    require(os.uname().machine == "x86_64", "x86_64 host")
+    try:
+        release = importlib.metadata.version("torch").split("+", 1)[0]  # the release the image must carry
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("torch is not installed for the test runner's Python (scripts/setup.sh installs it)")
+    project = REPO / "examples" / "torch_ops"
+    image = built_json(cpubuild("image", "--project", str(project), "--target", "test",
+                                "--tag", "cpubuild-test/torch-ops:test-amd64", "--json"))
+    assert image["wheel_source"] == "build stage" and image["target"] == "test" and image["torch"] == release
+    matrix = load_matrix(project / "isa_matrix.toml")
+    assert image["selected"] == [v.name for v in matrix.variants_for("x86_64")
+                                 if set(v.requires) <= oracle_features("x86_64")][-1]
+    check_torch_image(image, release)
+    assert not (project / "docker").exists() and not (project / ".cpubuild").exists()
+
+
+def test_a_torch_project_arm64_image_gets_the_aarch64_cpu_torch(daemon: None) -> None:
+    """The arm64 image of examples/torch_ops with --torch 2.9.1: the wheel cross-compiled on the host against
+    the aarch64 torch, that torch unpacked in the image, and under QEMU's `max` CPU (every feature) the
+    highest aarch64 variant runs."""
+    require_tool("aarch64-linux-gnu-g++")
+    require(Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(), "qemu-aarch64 binfmt is not registered (scripts/setup.sh)")
+    project = REPO / "examples" / "torch_ops"
+    image = built_json(cpubuild("image", "--project", str(project), "--platform", "linux/arm64", "--torch", "2.9.1",
+                                "--tag", "cpubuild-test/torch-ops:runtime-arm64", "--json"))
+    assert image["wheel_source"] == "cross-compiled" and image["torch"].split("+", 1)[0] == "2.9.1"
+    assert image["selected"] == load_matrix(project / "isa_matrix.toml").variants_for("aarch64")[-1].name
+    check_torch_image(image, "2.9.1")

@@ -67,7 +67,7 @@ def test_without_git_the_same_outputs_stay_out(tmp_path: Path) -> None:
     assert got == EXPECTED | {"ignored.log"}
 
 
-GENERATED = {".cpubuild/wheel/.keep", ".cpubuild/ca-certificates/.keep", ".cpubuild/tool/.keep",
+GENERATED = {".cpubuild/wheel/.keep", ".cpubuild/ca-certificates/.keep", ".cpubuild/tool/.keep", ".cpubuild/torch/.keep",
              ".cpubuild/entrypoint.sh", ".cpubuild/install.py"}
 
 

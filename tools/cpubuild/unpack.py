@@ -5,7 +5,11 @@ it in their build stage: `cpubuild image` copies this very file into the
 build context as `.cpubuild/install.py`, where it runs as a script with the
 standard library only (no package imports below)::
 
-    python3 install.py WHEEL_DIR DEST     # the one wheel in WHEEL_DIR into DEST
+    python3 install.py WHEEL_DIR DEST         # the one wheel in WHEEL_DIR into DEST
+    python3 install.py --all WHEEL_DIR DEST   # every wheel there (none: an empty DEST)
+
+`--all` installs a set that belongs together, such as a torch release and its
+dependencies (how images of torch projects get torch).
 """
 
 from __future__ import annotations
@@ -72,16 +76,27 @@ def install_one(wheel_dir: Path, dest: Path) -> Path:
     return wheels[0]
 
 
+def install_all(wheel_dir: Path, dest: Path) -> list[Path]:
+    """Every wheel in `wheel_dir` into `dest`, which exists afterwards even when there are none."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(wheel_dir.glob("*.whl"))
+    for wheel in wheels:
+        unpack_wheel(wheel, dest)
+    return wheels
+
+
 def _main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python3 install.py WHEEL_DIR DEST", file=sys.stderr)
+    every = argv[:1] == ["--all"]
+    args = argv[1:] if every else argv
+    if len(args) != 2:
+        print("usage: python3 install.py [--all] WHEEL_DIR DEST", file=sys.stderr)
         return 2
     try:
-        wheel = install_one(Path(argv[0]), Path(argv[1]))
+        wheels = install_all(Path(args[0]), Path(args[1])) if every else [install_one(Path(args[0]), Path(args[1]))]
     except UnpackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"installed {wheel.name} into {argv[1]}")
+    print(f"installed {', '.join(w.name for w in wheels) or 'nothing (no wheels)'} into {args[1]}")
     return 0
 
 

@@ -7,13 +7,16 @@ compiles the wheel in the image's build stage (with the very cpubuild that
 runs here, whose wheel goes into the context); foreign platforms get a wheel
 cross-compiled on the host (`cpubuild wheel --arch`) or given with --wheel,
 so only image assembly and the smoke test run under QEMU. Bases are local
-images only (`cpubuild base-image` makes them; nothing is pulled).
+images only (`cpubuild base-image` makes them; nothing is pulled). Images of
+torch projects also get the CPU torch their wheel is built against, fetched on
+the host (docker/torchwheels.py) and unpacked by the build stage.
 `--bake FILE` writes a buildx bake file for the same matrix instead.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,8 @@ from ..errors import DockerError, UsageError
 from ..hardware import Arch
 from ..matrix import Matrix
 from ..project import Project, find_project
+
+TORCH_MARK = "/opt/cpubuild-torch"  # where the template installs torch (an older Dockerfile lacks it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +72,12 @@ def load_image_project(project_dir: Path | None) -> ImageProject:
             raise DockerError(
                 f"{own}: its {isa_args.ARG_PREFIX}* build args are out of date with {matrix.path}",
                 detail="fix: cpubuild image --sync-dockerfile",
+            )
+        if project.config.kind == "torch" and TORCH_MARK not in text:
+            raise DockerError(
+                f"{own}: this torch project's Dockerfile predates torch support (it never installs {TORCH_MARK})",
+                detail="fix: move it aside and run cpubuild image --sync-dockerfile to write the current template, "
+                       "then carry your changes over",
             )
         return ImageProject(project=project, matrix=matrix, dockerfile_path=dockerfile.PROJECT_DOCKERFILE,
                             dockerfile_text=text, rendered=False)
@@ -105,6 +116,7 @@ class Built:
     selected: str | None
     base_built: bool
     wheel_source: str  # "given", "cross-compiled" or "build stage"
+    torch: str | None  # torch projects: the torch release installed in the image
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +128,7 @@ class Built:
             "base": self.spec.base,
             "wheel": self.spec.wheel.name if self.spec.wheel else None,
             "wheel_source": self.wheel_source,
+            "torch": self.torch,
             "seconds": round(self.seconds, 2),
             "steps": self.steps,
             "cached_steps": self.cached_steps,
@@ -211,9 +224,11 @@ def _version_args(project: Project) -> dict[str, str]:
     return {"CPUBUILD_VERSION": version.text, "SOURCE_DATE_EPOCH": str(version.source_date_epoch)}
 
 
-def _cross_wheel(root: Path, spec: plan.ImageSpec, out: Path, console: Console, verbosity: int) -> Path:
+def _cross_wheel(root: Path, spec: plan.ImageSpec, out: Path, console: Console, verbosity: int,
+                 torch: str | None = None) -> Path:
     """Cross-compiles the wheel of a foreign platform on the host with `cpubuild wheel --arch`."""
     isa = "all" if spec.isas is None else ",".join(spec.isas)
+    torch_args = ["--torch", torch] if torch else []
     cmd = [
         sys.executable,
         "-m",
@@ -227,8 +242,10 @@ def _cross_wheel(root: Path, spec: plan.ImageSpec, out: Path, console: Console, 
         isa,
         "--out",
         str(out),
+        *torch_args,
     ]
-    console.print(f"cross-compiling the {spec.arch.name} wheel on the host: cpubuild wheel --arch {spec.arch.name} --isa {isa}")
+    console.print(f"cross-compiling the {spec.arch.name} wheel on the host: cpubuild wheel --arch {spec.arch.name} --isa {isa}"
+                  + (f" --torch {torch}" if torch else ""))
     if verbosity >= 1:  # its own live log, on stderr (stdout may carry --json)
         proc = subprocess.run([*cmd, "-v"], stdout=sys.stderr, text=True, cwd=root)
         output = "(its log is above)"
@@ -294,16 +311,21 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         wheel_source = "given" if wheel is not None else "build stage"
         if wheel is None and spec.arch != host_arch(matrix.arches):
             wheel_source = "cross-compiled"
-            wheel = _cross_wheel(image.project.root, spec, Path(tmp), console, verbosity)
+            wheel = _cross_wheel(image.project.root, spec, Path(tmp), console, verbosity, opts["torch"])
             spec = plan.ImageSpec(arch=spec.arch, isas=spec.isas, target=spec.target, tag=spec.tag, base=spec.base, wheel=wheel)
+        # the torch named by the wheel's manifest; the build stage compiles against the one fetched
+        torch = plan.wheel_torch(wheel) if wheel is not None else opts["torch"]
+        torch_wheels = _torch_wheels(torch, spec, console) if torch else []
         generated = generated_files(
             dockerfile=image.dockerfile_text if image.rendered else None, wheel=wheel,
             ca_certificates=opts["ca_certificates"], tool_wheel=None if wheel else self_wheel().wheel,
+            torch_wheels=torch_wheels,
         )
         context = build_context(image.project.root, generated)
         args = spec.build_args(matrix)
         args.update(opts["version_args"])
         mode = f"wheel {wheel.name}" if wheel else "compiling in the build stage"
+        mode += f", torch {torch}" if torch else ""
         console.print(f"building {spec.tag} ({spec.platform}, target {spec.target}, ISA {spec.label}, {mode})")
         safe = spec.tag.replace("/", "_").replace(":", "_")
         with context.file, progress.live(f"{spec.tag}"):
@@ -334,7 +356,42 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         selected=selected,
         base_built=base_built,
         wheel_source=wheel_source,
+        torch=torch,
     )
+
+
+def _torch_wheels(version: str, spec: plan.ImageSpec, console: Console) -> list[Path]:
+    """torch `version` and its dependencies for the image's platform and python3 (cached after the first fetch)."""
+    from ..docker.torchwheels import image_python, torch_wheels
+
+    wheels = torch_wheels(version, spec.arch, image_python(), log=console.print)
+    size = sum(w.stat().st_size for w in wheels)
+    console.print(f"torch {version} for {spec.platform}: {len(wheels)} wheels ({size / 1e6:.0f} MB) into the build context")
+    return wheels
+
+
+def torch_release(image: ImageProject, specs: list[plan.ImageSpec], requested: str | None) -> str | None:
+    """The torch the build stage compiles against (torch projects; None otherwise): --torch,
+    else this Python's (what `cpubuild wheel` builds against here). Checks given wheels against --torch."""
+    from .. import torchdist
+
+    if image.project.config.kind != "torch":
+        if requested:
+            raise UsageError(f"--torch {requested}: {image.project.config.dist_name} is not a torch project ([tool.cpubuild] kind = torch)")
+        return None
+    if requested is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", requested):
+        raise UsageError(f"--torch {requested!r}: give a torch release such as 2.13.0")
+    for spec in specs:
+        built = plan.wheel_torch(spec.wheel) if spec.wheel is not None else None
+        if built and requested and not torchdist.same_release(built, requested):
+            raise UsageError(f"--wheel {spec.wheel.name if spec.wheel else ''} is built against torch {built}, but --torch asks for {requested}")
+    if requested is not None:
+        return requested
+    here = torchdist.installed_version()
+    if here is None and any(s.wheel is None for s in specs):
+        raise UsageError(f"{image.project.config.dist_name} is a torch project and {sys.executable} has no torch to follow: "
+                         "pass --torch X.Y.Z (the release to build against and install in the image)")
+    return here.split("+", 1)[0] if here else None
 
 
 def _copy_wheels(engine: Any, spec: plan.ImageSpec, out: Path, console: Console) -> None:
@@ -344,12 +401,22 @@ def _copy_wheels(engine: Any, spec: plan.ImageSpec, out: Path, console: Console)
         console.print(f"wheel: {path}")
 
 
-def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, console: Console) -> dict[str, Any]:
+def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, console: Console,
+                torch: str | None) -> dict[str, Any]:
     """The bake file, plus the `.cpubuild/` folder its targets read in the project directory (the bake context)."""
     from ..docker.context import GENERATED, generated_files
     from ..selfwheel import self_wheel
 
-    document = bake.bake_document(image.matrix, specs, dockerfile=image.dockerfile_path)
+    torch_dirs: dict[str, str] = {}  # image tag -> its torch folder
+    torch_files: dict[str, Path] = {}
+    for spec in specs:
+        version = plan.wheel_torch(spec.wheel) if spec.wheel is not None else torch
+        if version:
+            torch_dirs[spec.tag] = bake.torch_dir(spec, version)
+            if not any(name.startswith(torch_dirs[spec.tag] + "/") for name in torch_files):
+                for wheel in _torch_wheels(version, spec, console):
+                    torch_files[f"{torch_dirs[spec.tag]}/{wheel.name}"] = wheel
+    document = bake.bake_document(image.matrix, specs, dockerfile=image.dockerfile_path, torch=torch_dirs)
     problems = bake.validate(document, image.dockerfile_text)
     if problems:  # a generator bug, not a user mistake
         raise DockerError("the generated bake file is invalid", detail="\n".join(problems))
@@ -361,10 +428,14 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
     for spec in specs:
         if spec.wheel is not None:  # each target reads its own folder of the shared context
             files[f"{bake.wheel_dir(spec)}/{spec.wheel.name}"] = spec.wheel
+    files.update(torch_files)
     for arcname, content in files.items():
         target = image.project.root / arcname
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content if isinstance(content, bytes) else content.read_bytes())
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            shutil.copyfile(content, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -383,6 +454,9 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
 @click.option("--bake", "bake_file", type=click.Path(path_type=Path), default=None, help="Write a buildx bake file (JSON) for this matrix instead of building.")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="With --target build: copy the built wheel into this directory.")
 @click.option("--host-ca/--no-host-ca", default=True, show_default=True, help="Trust the host's local CAs (/usr/local/share/ca-certificates) in the build stage, for TLS-inspecting proxies in front of PyPI.")
+@click.option("--torch", "torch", default=None, metavar="X.Y.Z",
+              help="Torch projects: the torch release to build against and install (default: this Python's; "
+                   "a given --wheel brings its own).")
 @click.option("--no-smoke", is_flag=True, help="Skip running `python3 -m <package> --json` in the built image.")
 @click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
 @click.option("--sync-dockerfile", is_flag=True, help="Refresh docker/Dockerfile's CPUBUILD_CPU_* args from the matrix (or write cpubuild's template there) and exit.")
@@ -402,6 +476,7 @@ def command(
     bake_file: Path | None,
     output: Path | None,
     host_ca: bool,
+    torch: str | None,
     no_smoke: bool,
     no_cache: bool,
     sync_dockerfile: bool,
@@ -433,8 +508,9 @@ def command(
         default_base=base_tag if bake_file is None else (lambda arch: base or "debian:bookworm-slim"),
         repository=image.project.config.wheel_name.replace("_", "-"),
     )
+    torch_version = torch_release(image, specs, torch)
     if bake_file is not None:
-        document = _write_bake(image, specs, bake_file, console)
+        document = _write_bake(image, specs, bake_file, console, torch_version)
         if as_json:
             click.echo(json.dumps(document, indent=2, sort_keys=True))
         else:
@@ -453,6 +529,7 @@ def command(
         "output": output,
         "version_args": _version_args(image.project),
         "ca_certificates": host_ca_certificates() if host_ca else [],
+        "torch": torch_version,
     }
     built = [_build_one(engine, image, spec, opts, console, verbosity) for spec in specs]
     if as_json:

@@ -10,12 +10,12 @@ installable on the build hosts, so this is what keeps generated files honest.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..matrix import Matrix
 from . import dockerfile
-from .context import WHEEL_DIR
+from .context import TORCH_DIR, WHEEL_DIR
 from .plan import ImageSpec
 
 TARGET_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -34,12 +34,21 @@ def wheel_dir(spec: ImageSpec) -> str:
     return f"{WHEEL_DIR}/{target_name(spec)}"
 
 
-def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, dockerfile: str, context: str = ".") -> dict[str, Any]:
+def torch_dir(spec: ImageSpec, torch: str) -> str:
+    """Where the torch wheels of a torch project's target go in the context: one folder
+    per platform and torch release, shared by the targets that need the same."""
+    return f"{TORCH_DIR}/{spec.arch.debian_arch}-{torch.split('+', 1)[0]}"
+
+
+def bake_document(matrix: Matrix, specs: Sequence[ImageSpec], *, dockerfile: str, context: str = ".",
+                  torch: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`torch` maps a torch project's image tags to the torch folder of their target (torch_dir)."""
     targets: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[str]] = {"default": [], "wheels": []}
     for spec in specs:
         name = target_name(spec)
-        args = spec.build_args(matrix, wheel_dir=wheel_dir(spec)) if spec.wheel else spec.build_args(matrix)
+        folder = (torch or {}).get(spec.tag)
+        args = spec.build_args(matrix, wheel_dir=wheel_dir(spec) if spec.wheel else str(WHEEL_DIR), torch_dir=folder)
         targets[name] = {
             "context": context,
             "dockerfile": dockerfile,

@@ -7,7 +7,9 @@ whatever the tree holds there never goes in: the rendered Dockerfile (when
 the project keeps none), cpubuild's own wheel (`tool/`, installed by the build
 stage), a given wheel (`wheel/`, the folder the Dockerfile's context mode
 reads), the host's local CAs (`ca-certificates/`, trusted by the build stage
-for pip), the entrypoint and the unpacking script.
+for pip), the CPU torch of a torch project with its dependencies (`torch/`,
+unpacked by the build stage, copied into the runtime), the entrypoint and the
+unpacking script.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import io
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -24,8 +27,9 @@ GENERATED = PurePosixPath(".cpubuild")  # filled per build; what the tree has th
 WHEEL_DIR = GENERATED / "wheel"
 CA_DIR = GENERATED / "ca-certificates"
 TOOL_DIR = GENERATED / "tool"
+TORCH_DIR = GENERATED / "torch"  # torch projects: torch and its dependencies (wheels); empty otherwise
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
-FOLDERS = (WHEEL_DIR, CA_DIR, TOOL_DIR)  # COPY sources: present even when empty
+FOLDERS = (WHEEL_DIR, CA_DIR, TOOL_DIR, TORCH_DIR)  # COPY sources: present even when empty
 # Never part of a context, even without git: top-level build trees and wheels,
 # and caches at any depth.
 SKIP_TOP = frozenset({".git", "build", "wheelhouse", "dist"})
@@ -88,8 +92,10 @@ def host_ca_certificates(folder: Path = HOST_CA_DIR) -> list[Path]:
 
 
 def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificates: list[Path] | None,
-                    tool_wheel: Path | None, wheel_dir: PurePosixPath = WHEEL_DIR) -> dict[str, Path | bytes]:
-    """The `.cpubuild/` entries of one build (archive path -> file or content)."""
+                    tool_wheel: Path | None, wheel_dir: PurePosixPath = WHEEL_DIR,
+                    torch_wheels: Sequence[Path] = (), torch_dir: PurePosixPath = TORCH_DIR) -> dict[str, Path | bytes]:
+    """The `.cpubuild/` entries of one build (archive path -> file or content). Files are
+    named, not copied: the context tar reads each once (a torch wheel is 100-200 MB)."""
     from .. import unpack
 
     here = Path(__file__).parent
@@ -104,6 +110,8 @@ def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificat
         files[str(wheel_dir / wheel.name)] = wheel
     for cert in ca_certificates or []:
         files[str(CA_DIR / cert.name)] = cert
+    for torch_wheel in torch_wheels:
+        files[str(torch_dir / torch_wheel.name)] = torch_wheel
     return files
 
 

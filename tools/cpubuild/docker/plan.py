@@ -8,6 +8,7 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from ..errors import UnknownISAError, UsageError
 from ..hardware import Arch
@@ -36,11 +37,13 @@ class ImageSpec:
     def label(self) -> str:
         return isa_label(self.isas)
 
-    def build_args(self, matrix: Matrix, *, wheel_dir: str = str(WHEEL_DIR)) -> dict[str, str]:
+    def build_args(self, matrix: Matrix, *, wheel_dir: str = str(WHEEL_DIR), torch_dir: str | None = None) -> dict[str, str]:
         args = isa_args.build_args(matrix, self.arch.name, self.isas)
         args["CPUBUILD_BASE"] = self.base
         args["CPUBUILD_WHEEL_SOURCE"] = "context" if self.wheel is not None else "compile"
         args["CPUBUILD_WHEEL_DIR"] = wheel_dir
+        if torch_dir is not None:  # torch projects in a bake file: one folder per platform and torch
+            args["CPUBUILD_TORCH_DIR"] = torch_dir
         return args
 
 
@@ -101,8 +104,8 @@ def image_tag(tag: str | None, *, repository: str, target: str, arch: Arch, isas
     return f"{name}:{version}-{arch.debian_arch}"
 
 
-def wheel_variants(wheel: Path) -> tuple[str, tuple[str, ...]]:
-    """(arch, variants whose library is inside) read from the wheel's manifest."""
+def _manifest(wheel: Path) -> tuple[dict[str, Any], PurePosixPath, set[str]]:
+    """The wheel's cpubuild manifest, the folder it is in, and every member's name."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             names = set(archive.namelist())
@@ -112,9 +115,25 @@ def wheel_variants(wheel: Path) -> tuple[str, tuple[str, ...]]:
             manifest = json.loads(archive.read(manifest_name))
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
         raise UsageError(f"{wheel} is not a readable wheel: {exc}") from None
-    folder = PurePosixPath(manifest_name).parent
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{wheel.name}: its manifest is not a JSON object")
+    return manifest, PurePosixPath(manifest_name).parent, names
+
+
+def wheel_variants(wheel: Path) -> tuple[str, tuple[str, ...]]:
+    """(arch, variants whose library is inside) read from the wheel's manifest."""
+    manifest, folder, names = _manifest(wheel)
     present = tuple(v["name"] for v in manifest.get("variants", []) if str(folder / v["library"]) in names)
     return str(manifest.get("arch", "")), present
+
+
+def wheel_torch(wheel: Path) -> str | None:
+    """The torch a torch extension's wheel was built against (its manifest's `torch`, 2.13.0+cpu); None for other wheels."""
+    manifest, _, _ = _manifest(wheel)
+    torch = manifest.get("torch")
+    if manifest.get("kind") == "torch" and not torch:
+        raise UsageError(f"{wheel.name} is a torch extension whose manifest names no torch version: rebuild it with this cpubuild")
+    return str(torch) if torch else None
 
 
 def check_wheel(matrix: Matrix, arch: Arch, wheel: Path, isas: tuple[str, ...] | None, explicit: bool) -> tuple[str, ...] | None:
