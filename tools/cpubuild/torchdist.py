@@ -209,7 +209,7 @@ def fetch_with_dependencies(version: str, platform: str, python: str, dest: Path
     queue = [dest / torch_wheel.name]
     while queue:
         wheel = queue.pop()
-        for text in _requires_dist(wheel):
+        for text in requires_dist(wheel):
             req = Requirement(text)
             name = canonicalize_name(req.name)
             if name in done or (req.marker is not None and not req.marker.evaluate(environment)):
@@ -225,7 +225,8 @@ def fetch_with_dependencies(version: str, platform: str, python: str, dest: Path
     return sorted(dest.glob("*.whl"))
 
 
-def _requires_dist(wheel: Path) -> list[str]:
+def requires_dist(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA."""
     with zipfile.ZipFile(wheel) as archive:
         meta = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
         text = archive.read(meta).decode("utf-8") if meta else ""

@@ -60,7 +60,7 @@ def cuda_reason(wheel: Path, platform: str, python: str) -> str | None:
 
     environment = torchdist.target_environment(platform, python)
     wanted = []
-    for text in torchdist._requires_dist(wheel):
+    for text in torchdist.requires_dist(wheel):
         req = Requirement(text)
         if req.name.lower().startswith(CUDA_REQUIREMENTS) and (req.marker is None or req.marker.evaluate(environment)):
             wanted.append(req.name)
@@ -76,7 +76,7 @@ def torch_wheels(version: str, arch: Arch, python: str, *, log: Log = print) -> 
     """torch `version` for `arch`'s platform and CPython `python`, and its dependencies there:
     wheel files, torch's first. Fetched once (under a lock), then read from the cache."""
     platform = arch.manylinux
-    torch_wheel = torchdist._download(release(version), platform, python)
+    torch_wheel = torchdist.release_wheel(release(version), platform, python)
     why = cuda_reason(torch_wheel, platform, python)
     if why is not None:
         raise UsageError(
