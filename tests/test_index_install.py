@@ -218,6 +218,13 @@ def test_pages_and_negotiation_over_http(server: Server, published: Published) -
     with urllib.request.urlopen(urllib.request.Request(page, headers={"Accept": UV_ACCEPT})) as r:
         assert r.headers["Content-Type"] == "application/vnd.pypi.simple.v1+json"
         assert "Accept" in r.headers.get("Vary", "")
+    # PEP 691's `latest` meta-version (nginx answers HTML as text/html)
+    for meta, wanted in (("latest+json", ("application/vnd.pypi.simple.v1+json",)),
+                         ("latest+html", ("application/vnd.pypi.simple.v1+html", "text/html"))):
+        with urllib.request.urlopen(urllib.request.Request(page, headers={"Accept": f"application/vnd.pypi.simple.{meta}"})) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith(wanted)
+            body = r.read()
+            assert body.lstrip().startswith(b"{" if meta.endswith("json") else b"<!DOCTYPE html>")
     url = wheel_url(server, COMMIT_B, published.wheel_b)
     data = published.wheel_b.read_bytes()
     with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=-22"})) as r:  # zip end record

@@ -7,14 +7,17 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, require, require_tool, run
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import write_wheel
@@ -243,3 +246,87 @@ def test_publishers_killed_midway_leave_a_valid_index(tmp_path: Path) -> None:
     expected = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for s in sets for p in s}
     assert listed(root, f"{COMMIT_A}/cpu") == expected
     assert listed(root, "nightly/cpu") == expected
+
+
+# ------------------------------------------------------------------ one upload time, unwritable destinations
+
+
+def test_a_file_has_one_upload_time_on_every_page(tmp_path: Path) -> None:
+    """Published to its commit first and to nightly in a later call: both pages give the time of the first."""
+    root = tmp_path / "index"
+    a = wheel(tmp_path / "a", "0.1.0.dev1+g111.cpu", "py3-none-manylinux_2_28_x86_64")
+    assert cli("publish", str(a), "--to", str(root), "--commit", COMMIT_A).returncode == 0
+    time.sleep(0.05)
+    out = cli("publish", str(a), "--to", str(root), "--commit", COMMIT_A, "--channel", "nightly")
+    assert out.returncode == 0, out.stderr
+
+    def upload_time(tree: str) -> str:
+        page = json.loads((root / tree / "cpu" / "cpukern" / "index.json").read_text())
+        (entry,) = page["files"]
+        return str(entry["upload-time"])
+
+    assert upload_time("nightly") == upload_time(COMMIT_A)
+
+
+@pytest.fixture(scope="module")
+def world_readable() -> Iterator[Path]:
+    """A folder every user can read, outside pytest's root-only temp tree."""
+    base = Path(tempfile.mkdtemp(prefix="cpubuild-publish-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def nobody_cpubuild(world_readable: Path) -> list[str]:
+    """cpubuild installed (not editable, as a user gets it) into a venv user `nobody` can run:
+    the command line that runs it as nobody."""
+    require(os.geteuid() == 0, "running a command as another user needs root")
+    require_tool("setpriv", "uv")
+    require(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3 (this Python's home is root-only)")
+    venv = world_readable / "venv"
+    run(["uv", "venv", "-q", "-p", "/usr/bin/python3", str(venv)])
+    run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(REPO / "tools")])
+    run(["chmod", "-R", "a+rX", str(world_readable)])
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(venv / "bin" / "cpubuild")]
+
+
+def _one_line_error(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and "cannot write the index" in out.stderr, out.stderr
+    return out.stderr
+
+
+@pytest.mark.parametrize("case", ["path-under-a-file", "proc"])
+def test_an_unwritable_destination_is_a_one_line_error(tmp_path: Path, case: str) -> None:
+    a = wheel(tmp_path / "a", "0.1.0")
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"not a directory\n")
+    dest = blocker / "index" if case == "path-under-a-file" else Path("/proc/cpubuild-index")
+    _one_line_error(cli("publish", str(a), "--to", str(dest), "--commit", COMMIT_A, "--channel", "nightly"))
+    assert blocker.read_bytes() == b"not a directory\n" and not Path("/proc/cpubuild-index").exists()
+
+
+def test_an_index_of_another_user_is_a_one_line_error_and_stays_as_it_was(world_readable: Path,
+                                                                         nobody_cpubuild: list[str]) -> None:
+    root = world_readable / "index-owned-by-root"
+    a = wheel(world_readable / "a", "0.1.0.dev1")
+    b = wheel(world_readable / "b", "0.1.0.dev2")
+    assert cli("publish", str(a), "--to", str(root), "--commit", COMMIT_A, "--channel", "nightly").returncode == 0
+    run(["chmod", "-R", "a+rX", str(world_readable)])
+    before = tree_hash(root)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    new = subprocess.run([*nobody_cpubuild, "publish", str(b), "--to", str(root), "--commit", COMMIT_B, "--channel", "nightly"],
+                         capture_output=True, text=True, env=env, cwd=world_readable, timeout=300, check=False)
+    assert "Permission denied" in _one_line_error(new)
+    assert tree_hash(root) == before
+    # The same bytes again, by a user who can only read the index: nothing to write, so no lock file is
+    # needed either (the root publish's lock files are removed first, and none may come back).
+    for lock in root.rglob(".cpubuild.lock"):
+        lock.unlink()
+    before = tree_hash(root)
+    again = subprocess.run([*nobody_cpubuild, "publish", str(a), "--to", str(root), "--commit", COMMIT_A, "--channel", "nightly"],
+                           capture_output=True, text=True, env=env, cwd=world_readable, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "identical, nothing to do" in again.stdout
+    assert tree_hash(root) == before and not list(root.rglob(".cpubuild.lock"))

@@ -134,6 +134,12 @@ BOTH = {"index.json", "index.html"}
         ("application/vnd.pypi.simple.v1+json;q=0.1, text/html", BOTH, "text/html"),
         (UV_ACCEPT, {"index.html"}, "application/vnd.pypi.simple.v1+html"),
         ("application/vnd.pypi.simple.v1+json", {"index.html"}, None),
+        # PEP 691's `latest` meta-version is the newest the server speaks: v1
+        ("application/vnd.pypi.simple.latest+json", BOTH, "application/vnd.pypi.simple.v1+json"),
+        ("application/vnd.pypi.simple.latest+html", BOTH, "application/vnd.pypi.simple.v1+html"),
+        ("application/vnd.pypi.simple.latest+json, application/vnd.pypi.simple.latest+html;q=0.2", {"index.html"},
+         "application/vnd.pypi.simple.v1+html"),
+        ("application/vnd.pypi.simple.v2+json", BOTH, None),
     ],
 )
 def test_content_negotiation(accept: str | None, available: set[str], expected: str | None) -> None:

@@ -168,6 +168,13 @@ def update_page(
     json_key, html_key = f"{directory}/index.json", f"{directory}/index.html"
     to_json = project_json if kind is ProjectPage else list_json
     to_html = project_html if kind is ProjectPage else list_html
+    # Nothing to change (re-publishing identical files): no lock, no write, so a
+    # reader of the index who cannot write it can still run the same publish.
+    seen, seen_html = storage.read(json_key), storage.read(html_key)
+    if seen is not None and seen_html is not None:
+        state = _parse_state(kind, seen.data, json_key)
+        if mutate(state) == state and html_serial(seen_html.data) >= state.serial:
+            return False
     with storage.page_lock(directory):
         for attempt in range(MAX_ATTEMPTS):
             blob = storage.read(json_key)
@@ -218,7 +225,8 @@ def _store(storage: Storage, key: str, data: bytes, content_type: str) -> bool:
     raise PublishError(f"{storage.url}/{key}: could not store the file")
 
 
-def _precheck(storage: Storage, commit: str, wheels: Sequence[WheelInfo], trees: list[str], variant: str, upload_time: str) -> None:
+def _precheck(storage: Storage, commit: str, wheels: Sequence[WheelInfo], trees: list[str], variant: str,
+              times: dict[str, str]) -> None:
     """Finds clashes before anything is written (the index stays untouched)."""
     for wheel in wheels:
         for key, data in ((f"{commit}/{wheel.filename}", wheel.data), (f"{commit}/{wheel.filename}.metadata", wheel.metadata)):
@@ -234,7 +242,24 @@ def _precheck(storage: Storage, commit: str, wheels: Sequence[WheelInfo], trees:
             blob = storage.read(key)
             if blob is not None:
                 page = _parse_state(ProjectPage, blob.data, key)
-                _mutation(tree, commit, [_entry(w, commit, upload_time) for w in group], group[0].display_name)(page)
+                _mutation(tree, commit, [_entry(w, commit, times[w.filename]) for w in group], group[0].display_name)(page)
+
+
+def _upload_times(storage: Storage, commit: str, variant: str, wheels: Sequence[WheelInfo], now: str) -> dict[str, str]:
+    """Each wheel's upload time: when its commit page already lists the same file, the
+    time recorded there (one file, one upload time, on every page naming it), else now."""
+    times = {w.filename: now for w in wheels}
+    for project, group in _by_project(wheels).items():
+        key = f"{commit}/{variant}/{project}/index.json"
+        blob = storage.read(key)
+        if blob is None:
+            continue
+        page = _parse_state(ProjectPage, blob.data, key)
+        for wheel in group:
+            listed = page.file(wheel.filename)
+            if listed is not None and listed.sha256 == wheel.sha256:
+                times[wheel.filename] = listed.upload_time
+    return times
 
 
 def _by_project(wheels: Sequence[WheelInfo]) -> dict[str, list[WheelInfo]]:
@@ -261,9 +286,9 @@ def publish(
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise IndexInputError(f"the same wheel name is given twice: {', '.join(duplicates)}")
-    upload_time = upload_time or utc_now()
+    times = _upload_times(storage, commit, variant, wheels, upload_time or utc_now())
     trees = _trees(commit, channel, wheels)
-    _precheck(storage, commit, wheels, trees, variant, upload_time)
+    _precheck(storage, commit, wheels, trees, variant, times)
 
     stored: list[str] = []
     present: list[str] = []
@@ -276,7 +301,7 @@ def publish(
     for tree in trees:  # 2. pages: project pages, then the project lists naming them
         for project, group in _by_project(wheels).items():
             directory = f"{tree}/{variant}/{project}"
-            entries = [_entry(w, commit, upload_time) for w in group]
+            entries = [_entry(w, commit, times[w.filename]) for w in group]
             notes: list[str] = []
             mutate = _mutation(tree, commit, entries, group[0].display_name, notes)
             changed = update_page(storage, directory, ProjectPage, mutate)

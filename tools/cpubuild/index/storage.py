@@ -70,10 +70,12 @@ class LocalStorage:
     def read(self, key: str) -> Blob | None:
         try:
             data = self._path(key).read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing there (a path under a file has nothing either)
             return None
         except IsADirectoryError:
             raise PublishError(f"{self._path(key)} is a directory, expected a file") from None
+        except OSError as exc:
+            raise PublishError(f"cannot read the index: {self._path(key)}: {exc.strerror or exc}") from None
         return Blob(data=data, token=hashlib.sha256(data).hexdigest())
 
     def _temp(self, path: Path, data: bytes) -> Path:
@@ -95,15 +97,16 @@ class LocalStorage:
         path = self._path(key)
         if path.exists():
             return False
-        tmp = self._temp(path, data)
-        try:
-            os.link(tmp, path)  # atomic, and fails if the name is taken
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink(missing_ok=True)
-        if self.durable:
-            _fsync_dir(path.parent)
+        with _writing(path):
+            tmp = self._temp(path, data)
+            try:
+                os.link(tmp, path)  # atomic, and fails if the name is taken
+            except FileExistsError:
+                return False
+            finally:
+                tmp.unlink(missing_ok=True)
+            if self.durable:
+                _fsync_dir(path.parent)
         return True
 
     def replace(self, key: str, data: bytes, content_type: str, token: str | None) -> bool:
@@ -112,12 +115,13 @@ class LocalStorage:
         current = self.read(key)
         if (current.token if current else None) != token:
             return False
-        tmp = self._temp(path, data)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with _writing(path):
+            tmp = self._temp(path, data)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         # no directory fsync: after a power loss a page may come back as its
         # previous version, which is still a valid page (files are synced)
         return True
@@ -125,13 +129,25 @@ class LocalStorage:
     @contextlib.contextmanager
     def page_lock(self, directory: str) -> Iterator[None]:
         path = self._path(f"{directory.rstrip('/')}/{LOCK_NAME}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if we die
             yield
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """OS errors of a write as one PublishError naming the file (an index the user
+    cannot write is a user mistake, not a traceback)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or path
+        raise PublishError(f"cannot write the index: {where}: {exc.strerror or exc}") from None
 
 
 def _fsync_dir(path: Path) -> None:
