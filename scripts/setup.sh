@@ -32,6 +32,9 @@ apt_install -- "${APT_PACKAGES[@]}"
 # bochs-term satisfies bochs' GUI dependency without X11 or GTK.
 BOCHS_PACKAGES=(bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso)
 apt_install --no-install-recommends -- "${BOCHS_PACKAGES[@]}"
+# The bare-metal AMX harness (tests/test_bochs_amx.py): g++ and binutils here, Bochs 3.0 from a
+# cached Debian trixie tree (made below, after cpubuild is installed).
+apt_install -- g++ binutils debootstrap
 
 PY=${PYTHON:-python3}
 # pip, without its root-user warning; a failing pip fails the set-up (pipefail).
@@ -49,6 +52,10 @@ pip_install \
 # refreshed on every run so the installed copy is this checkout's.
 pip_install ./tools
 pip_install --force-reinstall --no-deps ./tools
+
+# Bochs 3.0 (sapphire_rapids: AVX512_BF16 + AMX) in <cache>/bochs3/trixie, made once (about 1 min,
+# 550 MB) and reused; a no-op when the tree is there.
+"$PY" -c "from cpubuild.emulate.bochs3 import ensure_bochs3; ensure_bochs3()"
 
 # QEMU user-mode emulation through binfmt (arm64 / s390x containers and chroots).
 if [ ! -e /proc/sys/fs/binfmt_misc/status ]; then

@@ -13,6 +13,7 @@ variant and pass/fail; exit status 1 on any failure, 2 on bad input.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -373,10 +374,48 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str 
                    checks=result, checks_skipped=None, problems=tuple(problems), seconds=run.seconds, report=report)
 
 
+AMX_CPU = "bochs:sapphire_rapids"
+
+
+def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str | None, project_dir: Path | None,
+                    say: Any) -> Outcome:
+    """`--cpu bochs:sapphire_rapids`: the project's GEMM, built per variant with the
+    matrix's flags into a bare-metal image, run under Bochs 3.0 (cpubuild.emulate.amx)."""
+    from ..emulate import amx
+    from ..matrix import load_matrix
+
+    variants = [forced] if forced else list(amx.VARIANTS)
+    for name in variants:
+        if name not in amx.VARIANTS:
+            raise UsageError(f"--isa {name}: the Bochs 3.0 harness runs {' and '.join(amx.VARIANTS)} only")
+        if name not in target.variants:
+            raise UsageError(f"{wheel.name} does not hold variant {name!r} (built: {', '.join(target.variants)})")
+    project = find_project(project_dir)
+    matrix = load_matrix(project.matrix_path)
+    say(f"{arch.name} under Bochs 3.0 {cpu} (bare metal: the project's GEMM, no OS)")
+    say(f"wheel: {wheel.name} (variants {', '.join(variants)} checked against {project.root})")
+    # test-only: proves a wrong packing is caught (tests/test_bochs_amx.py)
+    corrupt = os.environ.get(amx.CORRUPT_ENV) == "1"
+    run = amx.run_harness(project.root, matrix, variants=variants, corrupt_packing=corrupt, log=say)
+    problems: list[str] = []
+    for vr in run.runs:
+        for kat in vr.kats:
+            say(f"{vr.variant}: known answer {kat.name}: {kat.finding}")
+        for res in vr.results:
+            verdict = res.note if not res.judged else "ok" if res.ok else f"FAIL ({res.mismatches} wrong)"
+            say(f"{vr.variant}: {res.case} via {res.kernel}: {verdict}")
+        problems += [f"{vr.variant}: {p}" for p in vr.problems]
+    seconds = sum(vr.seconds for vr in run.runs)
+    say(f"bochs {run.bochs_version}: {len(run.runs)} boot(s), {seconds:.1f} s in the emulator")
+    return Outcome(arch=arch.name, cpu=cpu, wheel=str(wheel), forced=forced, selected=None, report_error=None,
+                   checks=run.to_json(), checks_skipped=None, problems=tuple(problems), seconds=seconds)
+
+
 @click.command(name="test")
 @click.option("--arch", "arch_name", required=True, help="Target arch (x86_64, aarch64, s390x or an alias).")
 @click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell; "
-              "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs.")
+              "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs; "
+              "bochs:sapphire_rapids runs the project's amx and avx512bf16 GEMM bare metal under Bochs 3.0 (docs/amx.md).")
 @click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--isa", "forced", default=None, help="Force a variant (<PREFIX>_ISA) inside the emulated run.")
 @click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant; 'auto': the best one the "
@@ -412,6 +451,15 @@ def command(
         raise UsageError(f"{wheel.name} is built for {wheel_arch(wheel)}, not {arch.name}")
     target = read_target(wheel)
     use_bochs = cpu.startswith(BOCHS_PREFIX)
+    if cpu == AMX_CPU:
+        if arch.name != "x86_64":
+            raise UsageError(f"--cpu {cpu}: Bochs emulates x86_64 only")
+        if expect is not None:
+            raise UsageError(f"--cpu {cpu} runs the GEMM bare metal (no dispatcher): --expect does not apply")
+        outcome = run_amx_harness(arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced,
+                                  project_dir=project_dir, say=(lambda line: None) if as_json else click.echo)
+        _finish(outcome, as_json, arch.name, cpu)
+        return
     if expect == AUTO:
         expect = expected_variant(arch.name, cpu, target)
     for label, value in (("--isa", forced), ("--expect", expect)):
@@ -431,6 +479,10 @@ def command(
         arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced, expect=expect,
         checks=not no_checks, say=say,
     )
+    _finish(outcome, as_json, arch.name, cpu)
+
+
+def _finish(outcome: Outcome, as_json: bool, arch: str, cpu: str) -> None:
     if as_json:
         click.echo(json.dumps(outcome.to_json(), indent=1))
     else:
@@ -438,4 +490,4 @@ def command(
             click.secho(f"FAIL: {problem}", fg="red", err=True)
         click.secho(f"result: {'PASS' if outcome.ok else 'FAIL'} ({outcome.seconds:.1f} s)", fg="green" if outcome.ok else "red")
     if not outcome.ok:
-        raise EmulatedTestError(f"{arch.name} under -cpu {cpu}: {len(outcome.problems)} problem(s)")
+        raise EmulatedTestError(f"{arch} under -cpu {cpu}: {len(outcome.problems)} problem(s)")
