@@ -58,6 +58,7 @@ class Variant:
     compilers: tuple[str, ...]
     flags: dict[str, tuple[str, ...]] = field(hash=False, compare=True)
     extends: str | None = None
+    install_level: str | None = None  # the level of its variant wheel, when the matrix names one (installlevels.py)
 
     @property
     def is_baseline(self) -> bool:
@@ -254,7 +255,7 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
     for index, table in enumerate(raw_list):
         label = table.get("name", f"#{index + 1}") if isinstance(table, dict) else f"#{index + 1}"
         r = _Reader(path, f"variant {label!r}", table)
-        r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags"))
+        r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags", "install-level"))
         name = r.get("name", str)
         if not NAME_PATTERN.match(name):
             r.fail("name", f"{name!r} must be lower case letters, digits and '_' (it is part of a file name)")
@@ -320,6 +321,16 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
         for family in compilers:
             if not flags.get(family):
                 r.fail("flags", f"no flags for compiler family {family!r}, which the variant builds with")
+        install_level = r.get("install-level", str, None)
+        if install_level is not None:
+            from .installlevels import install_levels
+
+            scheme = install_levels().get(arch_name)
+            if scheme is None:
+                r.fail("install-level", f"installers detect no CPU levels for {arch_name} (levels exist for: "
+                                        f"{', '.join(install_levels())})")
+            elif install_level not in scheme.values:
+                r.fail("install-level", f"unknown {arch_name} level {install_level!r} (known: {', '.join(scheme.values)})")
         variant = Variant(
             name=raw.name,
             arch=arch_name,
@@ -329,6 +340,7 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
             compilers=compilers,
             flags={f: flags[f] for f in compilers},
             extends=parent.name if parent else None,
+            install_level=install_level,
         )
         done[raw.index] = variant
         return variant

@@ -21,6 +21,7 @@ from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_option
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
 from ..wheelbuild.runner import execute
+from ..wheelbuild.variantwheels import make_variant_wheels, plan_level_wheels
 
 
 def resolve_ccache(choice: str) -> str | None:
@@ -110,6 +111,9 @@ def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bo
 @click.option("--torch", "torch", default=None, metavar="X.Y.Z",
               help="Torch projects: the torch to build against (native: the environment's, which must be this version; "
                    "cross: its wheel for the target is fetched). The wheel pins torch==X.Y.* and is labelled +cpu.ptXY.")
+@click.option("--variant-wheels", is_flag=True, default=False,
+              help="Also make PEP 825 variant wheels from the wheel: one per install-time CPU level the variants map to "
+                   "(x86-64 v1..v4; the matrix's install-level), plus `null`, and {name}-{version}-variants.json.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
@@ -126,6 +130,7 @@ def command(
     repair: bool | None,
     clean: bool | None,
     torch: str | None,
+    variant_wheels: bool,
     quiet: bool,
     verbose: bool,
     as_json: bool,
@@ -142,7 +147,7 @@ def command(
             cli={"isa": isa, "arch": arch, "out": out, "build_root": build_root, "frontend": frontend,
                  "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean,
                  "torch": torch},
-            project_dir=project_dir, quiet=quiet, verbose=verbose,
+            project_dir=project_dir, quiet=quiet, verbose=verbose, variant_wheels=variant_wheels,
         )
     except CpubuildError as exc:
         if as_json:
@@ -152,11 +157,20 @@ def command(
         click.echo(dump_json(summary))
     elif quiet:
         click.echo(summary["wheel"]["path"])
+        for extra in (summary.get("variant_wheels") or {}).get("wheels", []):
+            click.echo(extra["path"])
     else:
         click.echo(render_summary(summary))
+        extras = summary.get("variant_wheels")
+        if extras:
+            for extra in extras["wheels"]:
+                level = f"{extras['namespace']} level {extra['level']}" if extra["level"] else "no level detected"
+                click.echo(f"variant wheel {extra['label']:<14} ({level}): {', '.join(extra['variants'])}")
+            click.echo(f"variants.json: {extras['variants_json']}")
 
 
-def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:
+def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool,
+         variant_wheels: bool = False) -> dict[str, Any]:
     project = find_project(project_dir)
     problems = project.cmake_problems()
     if problems:
@@ -171,7 +185,13 @@ def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose:
     matrix = project.load_matrix()
     host = Host.current()
     plan = plan_from_options(project, matrix, options, host=host, verbose=verbose)
+    if variant_wheels:
+        plan_level_wheels(matrix, plan.arch, plan.variants)  # an arch without levels fails before the build
     platform = select_platform(plan.target, host)
     reporter = make_reporter(quiet=quiet, verbose=verbose)
     reporter.note(f"{plan.arch} [{', '.join(plan.variants)}] -> {plan.version}")
-    return execute(plan, platform, matrix, reporter)
+    summary = execute(plan, platform, matrix, reporter)
+    if variant_wheels:
+        summary["variant_wheels"] = make_variant_wheels(Path(summary["wheel"]["path"]), matrix, plan.arch,
+                                                        plan.source_date_epoch)
+    return summary

@@ -62,7 +62,7 @@ def normalize(wheel: Path, epoch: int) -> None:
         raise
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
@@ -96,7 +96,7 @@ def set_version(wheel: Path, version: str) -> Path:
                 data = _metadata_with_version(data.decode("utf-8"), version).encode("utf-8")
         renamed.append((name, attr, data))
     record = f"{dist}-{version}.dist-info/RECORD"
-    rows = [f"{name},{_record_hash(data)},{len(data)}" for name, _, data in renamed if name != record]
+    rows = [f"{name},{record_hash(data)},{len(data)}" for name, _, data in renamed if name != record]
     renamed = [e for e in renamed if e[0] != record] + [(record, 0o644 << 16, ("\n".join([*rows, f"{record},,"]) + "\n").encode())]
     target = wheel.with_name(f"{dist}-{version}-{rest}.whl")
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as dst:

@@ -1,0 +1,173 @@
+"""PEP 825 variant wheels made from the fat wheel (`cpubuild wheel --variant-wheels`).
+
+The fat wheel (every variant, no label) stays what pip and uv without preview
+install. Next to it: one variant wheel per install-time CPU level the built
+variants map to (installlevels.py), holding the baseline plus the variants of
+that level and below, and a `null` variant holding everything (what a
+variant-aware installer takes when it detects no level). Each is the fat
+wheel's repaired archive with the other variants' libraries left out, their
+manifest entries marked unbuilt, and `.dist-info/variant.json` added; then
+re-zipped deterministically. The wheelhouse also gets the
+`{name}-{version}-variants.json` index file (merged with one already there).
+
+variant.json follows PEP 825's schema plus the `providers` table uv 0.13 needs
+to act on a namespace (it names the installer's built-in provider).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import UsageError
+from ..installlevels import NULL_LABEL, LevelScheme, install_levels
+from ..matrix import Matrix
+from . import wheelzip
+
+SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/825/v0.1.1.json"
+VARIANT_JSON = "variant.json"
+
+
+class VariantsJsonConflict(UsageError):
+    """Two descriptions of one variant label disagree."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LevelWheel:
+    label: str
+    level: str | None  # None: the null variant
+    variants: tuple[str, ...]  # the variants whose libraries it holds
+
+
+def plan_level_wheels(matrix: Matrix, arch: str, built: tuple[str, ...]) -> tuple[LevelScheme, list[LevelWheel]]:
+    """The variant wheels of a build holding `built` variants (baseline first)."""
+    scheme = install_levels().get(arch)
+    if scheme is None:
+        raise UsageError(f"--variant-wheels: installers detect no CPU levels for {arch} "
+                         f"(levels exist for {', '.join(install_levels())}); the fat wheel serves {arch}")
+    placed = {}
+    for variant in matrix.variants_for(arch):
+        if variant.name in built:
+            placed[variant.name] = variant.install_level or scheme.place(variant.requires)
+    baseline = matrix.baseline(arch).name
+    wheels = []
+    for value in sorted(set(placed.values()), key=scheme.rank):
+        members = tuple(v for v in built if v == baseline or scheme.rank(placed[v]) <= scheme.rank(value))
+        wheels.append(LevelWheel(label=scheme.label(value), level=value, variants=members))
+    wheels.append(LevelWheel(label=NULL_LABEL, level=None, variants=built))
+    return scheme, wheels
+
+
+def variant_document(scheme: LevelScheme, labels: dict[str, str | None]) -> dict[str, Any]:
+    """A variant.json (one label) or the index's variants.json (every label): label -> level or None (null)."""
+    return {
+        "$schema": SCHEMA_URL,
+        "default-priorities": {"namespace": [scheme.namespace]},
+        "providers": {scheme.namespace: {"requires": [scheme.provider]}},
+        "variants": {label: ({scheme.namespace: {scheme.feature: [level]}} if level else {})
+                     for label, level in labels.items()},
+    }
+
+
+def merge_variant_documents(old: dict[str, Any] | None, new: dict[str, Any], *, where: str) -> dict[str, Any]:
+    """Labels of both (PEP 825: an index's variants.json grows); a label described
+    differently in the two is a VariantsJsonConflict."""
+    if old is None:
+        return new
+    try:
+        variants = dict(old["variants"])
+        for label, properties in new["variants"].items():
+            if label in variants and variants[label] != properties:
+                raise VariantsJsonConflict(f"{where}: variant {label!r} is {json.dumps(variants[label])} there, "
+                                           f"this wheel says {json.dumps(properties)}")
+            variants[label] = properties
+        namespaces = [*old["default-priorities"]["namespace"]]
+        namespaces += [n for n in new["default-priorities"]["namespace"] if n not in namespaces]
+        providers = {**old["providers"], **new["providers"]}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise VariantsJsonConflict(f"{where}: not a variants.json cpubuild can merge ({exc})") from None
+    return {"$schema": new["$schema"], "default-priorities": {"namespace": namespaces}, "providers": providers,
+            "variants": dict(sorted(variants.items()))}
+
+
+def dump(document: dict[str, Any]) -> bytes:
+    return (json.dumps(document, indent=1, sort_keys=False) + "\n").encode()
+
+
+def index_file_name(wheel_name: str) -> str:
+    """`{name}-{version}-variants.json` for a wheel file name (its first two fields)."""
+    name, version = wheel_name.split("-")[:2]
+    return f"{name}-{version}-variants.json"
+
+
+def _derive(fat: Path, out: Path, plan: LevelWheel, document: dict[str, Any], epoch: int) -> Path:
+    contents = wheelzip.inspect(fat)
+    if contents.manifest is None or contents.manifest_dir is None:
+        raise UsageError(f"{fat.name} has no cpubuild manifest")
+    dropped = {lib for name, lib in contents.variant_libraries.items() if name not in plan.variants}
+    manifest = json.loads(json.dumps(contents.manifest))
+    for entry in manifest["variants"]:
+        if entry["name"] not in plan.variants:
+            entry["built"] = False
+    manifest["install_variant"] = {"label": plan.label, "properties": document["variants"][plan.label]}
+    manifest_name = str(PurePosixPath(contents.manifest_dir) / wheelzip.MANIFEST_NAME)
+    target = out / f"{fat.name[: -len('.whl')]}-{plan.label}.whl"
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    with zipfile.ZipFile(fat) as src:
+        entries = [(i, src.read(i)) for i in src.infolist() if not i.is_dir() and i.filename not in dropped]
+    dist_info = next(i.filename.split("/")[0] for i, _ in entries if i.filename.endswith(".dist-info/RECORD"))
+    members: list[tuple[zipfile.ZipInfo, bytes]] = []
+    for info, data in entries:
+        if info.filename == f"{dist_info}/RECORD":
+            continue
+        if info.filename == manifest_name:
+            data = (json.dumps(manifest, indent=1) + "\n").encode()
+        members.append((info, data))
+    members.append((zipfile.ZipInfo(f"{dist_info}/{VARIANT_JSON}"), dump(document)))
+    record = f"{dist_info}/RECORD"
+    rows = [f"{i.filename},{wheelzip.record_hash(d)},{len(d)}" for i, d in members]
+    members.append((zipfile.ZipInfo(record), ("\n".join([*rows, f"{record},,"]) + "\n").encode()))
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+            for info, data in members:
+                dst.writestr(info, data)
+        wheelzip.normalize(tmp, epoch)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def make_variant_wheels(fat: Path, matrix: Matrix, arch: str, epoch: int) -> dict[str, Any]:
+    """The variant wheels of a built fat wheel, next to it, and the wheelhouse's variants.json."""
+    contents = wheelzip.inspect(fat)
+    scheme, plans = plan_level_wheels(matrix, arch, contents.built_variants)
+    wheels = []
+    for plan in plans:
+        document = variant_document(scheme, {plan.label: plan.level})
+        path = _derive(fat, fat.parent, plan, document, epoch)
+        wheels.append({"label": plan.label, "level": plan.level, "variants": list(plan.variants), "path": str(path),
+                       "filename": path.name, "sha256": wheelzip.sha256_file(path), "size": path.stat().st_size})
+    index_path = fat.parent / index_file_name(fat.name)
+    new = variant_document(scheme, {p.label: p.level for p in plans})
+    old = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else None
+    merged = merge_variant_documents(old, new, where=str(index_path))
+    tmp = index_path.with_name(f".{index_path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(dump(merged))
+    os.replace(tmp, index_path)
+    return {"namespace": scheme.namespace, "wheels": wheels, "variants_json": str(index_path)}
+
+
+def read_variant_json(wheel: Path | zipfile.ZipFile) -> dict[str, Any] | None:
+    """A wheel's .dist-info/variant.json (None: not a variant wheel)."""
+    archive = wheel if isinstance(wheel, zipfile.ZipFile) else zipfile.ZipFile(wheel)
+    name = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(f".dist-info/{VARIANT_JSON}")), None)
+    document = json.loads(archive.read(name)) if name else None
+    if archive is not wheel:
+        archive.close()
+    return document
