@@ -32,6 +32,12 @@ class Case:
     for_variant: Callable[[str], Callable[[], Any]]  # the timed call on a forced variant
     torch: Callable[[], Any] | None
     memcpy: Callable[[], Any] | None  # None: not memory-bound
+    # the roofline (docs/project.md): arithmetic (a multiply-add counts 2; None
+    # for element-wise ops, whose bound is memory) and the minimum memory
+    # traffic of one call, of which written
+    flops: int | None = None
+    bytes: int | None = None
+    bytes_written: int | None = None
 
 
 def _in_variant(fn: Callable[[], Any]) -> Callable[[str], Callable[[], Any]]:
@@ -55,6 +61,7 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
 
     np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
     rng = np.random.default_rng(tokens)
+    e = 2 if dtype == "bf16" else 4
 
     def rand(*shape: int) -> Any:
         return rng.standard_normal(shape, dtype=np.float32).astype(np_dtype)
@@ -77,6 +84,8 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
             tx, tw = to_torch(x), to_torch(w)
             torch_fn = lambda: F.rms_norm(tx, (HIDDEN,), tw, 1e-6)  # noqa: E731
         shape = [tokens, HIDDEN]
+        written = tokens * HIDDEN * e
+        traffic = 2 * written + HIDDEN * e  # x in, out, the weight
     elif op == "fused_add_rms_norm":
         x, r, w = rand(tokens, HIDDEN), rand(tokens, HIDDEN) * 0.01, rand(HIDDEN)
         x_dst, r_dst = np.empty_like(x), np.empty_like(r)
@@ -96,6 +105,8 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
                 tx.copy_(F.rms_norm(tr, (HIDDEN,), tw, 1e-6))
 
         shape = [tokens, HIDDEN]
+        written = 2 * tokens * HIDDEN * e  # x and the residual, in place
+        traffic = 2 * written + HIDDEN * e
     elif op == "silu_and_mul":
         x, out = rand(tokens, 2 * INTERMEDIATE), rand(tokens, INTERMEDIATE)
         copy_dst = np.empty_like(x)
@@ -107,6 +118,8 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
             tx = to_torch(x)
             torch_fn = lambda: F.silu(tx[..., :INTERMEDIATE]) * tx[..., INTERMEDIATE:]  # noqa: E731
         shape = [tokens, 2 * INTERMEDIATE]
+        written = tokens * INTERMEDIATE * e
+        traffic = 3 * written
     elif op == "rotary_embedding":
         heads = HIDDEN // HEAD_SIZE
         positions = rng.integers(0, MAX_POSITION, tokens).astype(np.int64)
@@ -136,10 +149,13 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
                 rotate(tk, cos, sin)
 
         shape = [tokens, HIDDEN]
+        written = tokens * (HIDDEN + KV_HEADS * HEAD_SIZE) * e  # q and k, in place
+        traffic = 2 * written + tokens * (HEAD_SIZE * e + 8)  # + a cache row and a position per token
         del heads
     else:
         raise ValueError(f"unknown op {op!r} (known: {', '.join(OPS)})")
-    return Case(op=op, dtype=dtype, shape=shape, cpukern=fn, for_variant=_in_variant(fn), torch=torch_fn, memcpy=copy)
+    return Case(op=op, dtype=dtype, shape=shape, cpukern=fn, for_variant=_in_variant(fn), torch=torch_fn, memcpy=copy,
+                bytes=traffic, bytes_written=written)
 
 
 def gemm_case(op: str, m: int, *, has_torch: bool, n: int = GEMM_NK, k: int = GEMM_NK) -> Case:
@@ -201,5 +217,8 @@ def gemm_case(op: str, m: int, *, has_torch: bool, n: int = GEMM_NK, k: int = GE
         src = np.ones(b.nbytes, np.uint8)  # the weight bytes a GEMV streams
         dst = np.empty_like(src)
         memcpy = lambda: np.copyto(dst, src)  # noqa: E731
+    e = 2 if op == "gemm_bf16" else 1
+    scales = 0 if op == "gemm_bf16" else 4 * (m + n)
     return Case(op=op, dtype="bf16" if op == "gemm_bf16" else "int8", shape=[m, n, k], cpukern=selected,
-                for_variant=for_variant, torch=torch_fn, memcpy=memcpy)
+                for_variant=for_variant, torch=torch_fn, memcpy=memcpy, flops=2 * m * n * k,
+                bytes=(m * k + k * n) * e + scales + m * n * 4, bytes_written=m * n * 4)

@@ -1,6 +1,8 @@
 """`cpubuild bench` against the installed cpukern: a small real run of the
 project's declared benchmark (benchmarks/bench_variants.py; every runnable
-variant, one GEMM and one foundation op) with --json and --plot, bad
+variant, one GEMM and one foundation op) with --json and --plot, its roofline
+fields (this host's measured limits, each record's % of its bound, a 'not on
+this host' note instead of a figure for a variant the host cannot run), bad
 arguments, and the table / targets rendering on made-up records."""
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ pytest.importorskip("ml_dtypes")
 
 import cpukern
 from conftest import REPO
+from cpubuild.bench import targets
 from cpubuild.commands.bench import render
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_variants import targets
+from bench_variants import TARGETS
+
+# A kernel's share of a peak or bandwidth the probe measured a moment earlier
+# on a shared 2-core VM: noise both ways, so up to this much above 100%.
+NOISE = 1.5
 
 CLI = "import sys; from cpubuild.cli import main; main(sys.argv[1:])"
 
@@ -29,22 +36,53 @@ def cpubuild(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
-def test_json_records_and_plot(tmp_path: Path) -> None:
+def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "ladder.png"
     proc = cpubuild("bench", "--ops", "gemm_w8a8,rms_norm", "--m", "1", "--tokens", "1", "--dtypes", "bf16",
                     "--rounds", "1", "--round-ms", "1", "--no-torch", "--json", "--plot", str(png))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    records = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)
+    records = out["records"]
     variants = cpukern.supported_variants()
     assert [(r["op"], r["variant"]) for r in records] == [(op, v) for op in ("gemm_w8a8", "rms_norm") for v in variants]
     for r in records:
-        assert set(r) == {"op", "dtype", "shape", "variant", "us", "torch_us", "memcpy_us"}
+        assert {"op", "dtype", "shape", "variant", "us", "torch_us", "memcpy_us", "flops", "bytes", "bytes_written",
+                "bound", "pct_bound", "pct_peak", "pct_bandwidth", "torch_pct_bound"} <= set(r)
         assert r["us"] > 0 and r["torch_us"] is None
         assert r["memcpy_us"] > 0  # GEMV and rms_norm are memory-bound
+        assert r["bound"] == ("memory" if r["op"] == "rms_norm" else max(
+            ("compute", r["pct_peak"]), ("memory", r["pct_bandwidth"]), key=lambda b: b[1])[0]), r
+        assert 0 < r["pct_bound"] <= 100 * NOISE, r
+        assert 0 < r["pct_bandwidth"] <= r["pct_bound"], r
+    gemv = [r for r in records if r["op"] == "gemm_w8a8"]
+    assert all(r["flops"] == 2 * 4096 * 4096 and 0 < r["pct_peak"] <= r["pct_bound"] for r in gemv)
     assert records[0]["shape"] == [1, 4096, 4096] and records[0]["dtype"] == "int8"
+    # the limits: a measured peak for every variant this host runs, a note for the built ones it cannot
+    limits = out["limits"]
+    assert limits["threads"] >= 1 and limits["bandwidth"][-1]["bytes"] > limits["llc_bytes"]
+    assert all(b["read_Bps"] > 0 and b["copy_Bps"] > 0 for b in limits["bandwidth"])
+    peaks = {p["variant"]: p for p in limits["peaks"] if p["dtype"] == "int8"}
+    assert all(peaks[v]["ops_per_s"] > 0 and peaks[v]["instruction"] for v in variants)
+    for name, p in peaks.items():
+        if name not in variants:
+            assert p["ops_per_s"] is None and p["note"].startswith("not on this host (lacks "), p
+    ladder = [peaks[v]["ops_per_s"] for v in variants]
+    assert ladder[-1] >= ladder[0]  # the best variant's instruction outruns the baseline's
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tcmalloc" in proc.stderr or "glibc malloc" in proc.stderr
+
+
+def test_table_shows_percentages_and_the_limits() -> None:
+    proc = cpubuild("bench", "--ops", "gemm_bf16", "--m", "1", "--rounds", "1", "--round-ms", "1", "--no-torch")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "% of the roofline bound" in proc.stdout and "bf16 peak:" in proc.stdout
+    assert "bandwidth GB/s read/copy by working set" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("gemm_bf16"))
+    assert row.count("%") == len(cpukern.supported_variants()) and row.rstrip().endswith(("memory", "compute"))
+    plain = cpubuild("bench", "--ops", "gemm_bf16", "--m", "1", "--rounds", "1", "--round-ms", "1", "--no-torch",
+                     "--no-roofline")
+    assert plain.returncode == 0 and "bf16 peak:" not in plain.stdout
 
 
 @pytest.mark.parametrize(
@@ -75,9 +113,11 @@ def test_render_shows_ratios_and_targets() -> None:
         rec("gemm_bf16", 256, "avx2", 300000.0, 30000000.0, None),
     ]
     meta = {"title": "cpukern 0", "selected": "avx2", "allocator": "tcmalloc (x)", "torch": "torch 2"}
-    text = render({"meta": meta, "records": records, "targets": targets(records, ["baseline", "avx2"])}, ["baseline", "avx2"])
+    lines = targets.check_all(TARGETS, records, ["baseline", "avx2"], ["avx2"])
+    text = render({"meta": meta, "records": records, "targets": lines}, ["baseline", "avx2"])
     assert "60.00x" in text  # vs torch at M=1
     assert "3.00x" in text  # the ladder at M=256
-    assert "target: gemm_bf16 M=256 avx2 vs baseline: 3.00x (>= 4.0x: MISSED)" in text
-    assert "target: gemm_bf16 M=1 avx2 vs torch: 60.00x (>= 1.5x: met)" in text
-    assert targets([], ["baseline"]) == []
+    assert "target: gemm_bf16 256 avx2 vs baseline: 3.00x (>= 4.0x: MISSED)" in text
+    assert "target: gemm_bf16 1 avx2 vs torch: 60.00x (>= 1.5x: met)" in text
+    assert "target: gemm_bf16 256 vs bound (>= 85): n/a, this host lacks avx512_bf16" in text
+    assert targets.check_all(TARGETS, [], ["baseline"], ["avx512_bf16"]) == []

@@ -91,10 +91,28 @@ class QemuModel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Peak:
+    """The instruction that bounds a variant's arithmetic in one dtype (first match wins)."""
+
+    arch: str
+    dtype: str
+    requires: tuple[str, ...]
+    instruction: str  # as reports show it
+    probe: str  # the loop of cpubuild/bench/peak.c that issues it
+
+
+@dataclass(frozen=True, kw_only=True)
 class Hardware:
     arches: dict[str, Arch] = field(hash=False)
     features: dict[str, dict[str, Feature]] = field(hash=False)  # arch -> name -> feature, in file order
     qemu: dict[str, tuple[QemuModel, ...]] = field(hash=False)
+    peaks: dict[str, tuple[Peak, ...]] = field(hash=False, default_factory=dict)  # arch -> entries, strongest first
+
+    def peak_for(self, arch: str, dtype: str, features: Iterable[str]) -> Peak | None:
+        """The first [[peak.<arch>]] entry of `dtype` whose requires a CPU (or a
+        variant) with `features` has; None when the data has no entry for it."""
+        have = set(self.closure(arch, features)) if arch in self.features else set(features)
+        return next((p for p in self.peaks.get(arch, ()) if p.dtype == dtype and set(p.requires) <= have), None)
 
     def arch(self, name: str) -> Arch:
         """An arch by name or alias (KeyError naming the known ones)."""
@@ -205,10 +223,27 @@ def parse_hardware(data: dict[str, Any]) -> Hardware:
                 raise _fail(f"qemu model {raw['cpu']} ({arch})", f"unknown features {sorted(unknown)}")
             parsed.append(QemuModel(arch=arch, cpu=raw["cpu"], features=frozenset(raw["features"])))
         qemu[arch] = tuple(parsed)
+    peaks: dict[str, tuple[Peak, ...]] = {}
+    for arch, entries in data.get("peak", {}).items():
+        if arch not in arches:
+            raise _fail(f"peak.{arch}", "undeclared arch")
+        parsed_peaks = []
+        for raw in entries:
+            where = f"peak {raw.get('instruction')!r} ({arch})"
+            if set(raw) != {"dtype", "requires", "instruction", "probe"}:
+                raise _fail(where, "needs exactly dtype, requires, instruction, probe")
+            if set(raw["requires"]) - set(features.get(arch, {})):
+                raise _fail(where, f"unknown features {sorted(set(raw['requires']) - set(features[arch]))}")
+            if not NAME_PATTERN.match(raw["dtype"]) or not NAME_PATTERN.match(raw["probe"]):
+                raise _fail(where, "bad dtype or probe name")
+            parsed_peaks.append(Peak(arch=arch, dtype=raw["dtype"], requires=tuple(raw["requires"]),
+                                     instruction=raw["instruction"], probe=raw["probe"]))
+        peaks[arch] = tuple(parsed_peaks)
     for arch in arches:
         features.setdefault(arch, {})
         qemu.setdefault(arch, ())
-    return Hardware(arches=arches, features=features, qemu=qemu)
+        peaks.setdefault(arch, ())
+    return Hardware(arches=arches, features=features, qemu=qemu, peaks=peaks)
 
 
 @cache

@@ -1,0 +1,154 @@
+"""The roofline of `cpubuild bench` as pure functions: which peak bounds a
+variant (hardware data, first match), the bandwidth a working set gets, the
+bound that applies to a record and its percentage, the annotation of records
+(torch against the host's best peak), the size ladder, and the targets a
+benchmark declares (met, missed, n/a on a host without the feature). The
+hardware data names only probe loops that cpubuild's probe source has."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from cpubuild.bench import roofline, targets
+from cpubuild.bench.roofline import Bandwidth, Limits, PeakFigure
+from cpubuild.hardware import hardware, parse_hardware
+
+GB = 1e9
+LADDER = (
+    Bandwidth(bytes=64 << 10, read_Bps=200 * GB, copy_Bps=250 * GB),
+    Bandwidth(bytes=24 << 20, read_Bps=100 * GB, copy_Bps=100 * GB),
+    Bandwidth(bytes=128 << 20, read_Bps=40 * GB, copy_Bps=40 * GB),
+)
+
+
+def limits(**peaks: float | None) -> Limits:
+    figures = tuple(PeakFigure(variant=v, dtype="bf16", instruction=f"insn-{v}", ops_per_s=ops,
+                               note=None if ops else "not on this host (lacks amx_bf16)") for v, ops in peaks.items())
+    return Limits(arch="x86_64", threads=2, compiler="cc (gcc)", llc_bytes=32 << 20, peaks=figures, bandwidth=LADDER)
+
+
+@pytest.mark.parametrize(
+    ("requires", "dtype", "instruction"),
+    [
+        (["avx512_bf16"], "bf16", "vdpbf16ps zmm"),
+        (["amx_tile", "amx_bf16", "amx_int8", "avx512_bf16"], "bf16", "tdpbf16ps"),
+        (["avx512f", "avx512bw"], "bf16", "vfmadd231ps zmm (bf16 widened)"),
+        (["avx2", "fma", "f16c"], "bf16", "vfmadd231ps ymm (bf16 widened)"),
+        ([], "bf16", "mulps + addps (bf16 widened)"),
+        (["avx512_vnni"], "int8", "vpdpbusd zmm"),
+        (["avx512_bf16"], "int8", "vpmaddwd zmm"),  # implies avx512bw, not VNNI
+        (["avx2"], "int8", "vpmaddwd ymm"),
+        (["avx2", "fma"], "fp32", "vfmadd231ps ymm"),
+    ],
+)
+def test_peak_selection_is_the_first_matching_entry(requires: list[str], dtype: str, instruction: str) -> None:
+    peak = hardware().peak_for("x86_64", dtype, requires)
+    assert peak is not None and peak.instruction == instruction
+
+
+def test_peak_selection_other_arches_and_gaps() -> None:
+    hw = hardware()
+    assert hw.peak_for("aarch64", "int8", ["asimd", "asimddp"]).instruction == "sdot .4s"  # type: ignore[union-attr]
+    assert hw.peak_for("aarch64", "bf16", ["bf16", "i8mm"]).instruction == "bfmmla"  # type: ignore[union-attr]
+    assert hw.peak_for("s390x", "fp32", ["vxe"]).instruction == "vfmasb"  # type: ignore[union-attr]
+    assert hw.peak_for("s390x", "int8", ["vxe"]) is None  # no data: no compute bound, said so
+    assert hw.peak_for("x86_64", "fp64", []) is None
+
+
+def test_every_probe_named_in_the_data_is_in_the_probe_source() -> None:
+    source = roofline.PROBE_SOURCE.read_text()
+    compiled = set(re.findall(r'\{"(\w+)", \w+\}', source))
+    named = {p.probe for entries in hardware().peaks.values() for p in entries}
+    assert named and named <= compiled, named - compiled
+
+
+def test_peak_entries_are_checked() -> None:
+    data = {"schema": 1, "arch": {}, "features": {}}
+    with pytest.raises(ValueError, match="undeclared arch"):
+        parse_hardware({**data, "peak": {"x86_64": []}})
+
+
+def test_bandwidth_at_picks_the_smallest_working_set_not_below() -> None:
+    assert roofline.bandwidth_at(LADDER, 1000) is LADDER[0]
+    assert roofline.bandwidth_at(LADDER, 16 << 20) is LADDER[1]
+    assert roofline.bandwidth_at(LADDER, 30 << 20) is LADDER[2]
+    assert roofline.bandwidth_at(LADDER, 1 << 40) is LADDER[2]  # beyond the ladder: its largest
+    assert roofline.bandwidth_at((), 1000) is None
+
+
+def test_memory_time_reads_at_read_bandwidth_writes_with_a_read_at_copy_bandwidth() -> None:
+    bw = Bandwidth(bytes=1, read_Bps=100.0, copy_Bps=50.0)
+    assert roofline.memory_seconds(1000, 0, bw) == pytest.approx(10.0)
+    assert roofline.memory_seconds(1000, 500, bw) == pytest.approx(20.0)  # a copy: all at copy bandwidth
+    assert roofline.memory_seconds(1000, 200, bw) == pytest.approx(600 / 100 + 400 / 50)
+    assert roofline.memory_seconds(1000, 900, bw) == pytest.approx(20.0)  # writes beyond half: a copy
+
+
+def test_bound_is_the_slower_of_compute_and_memory() -> None:
+    # a GEMM: 2 GFLOP at 400 GFLOP/s = 5 ms; 40 MB at 40 GB/s = 1 ms -> compute
+    out = roofline.bound(10_000.0, flops=2e9, nbytes=40e6, written=0, peak_ops=400 * GB, ladder=LADDER)
+    assert out == {"bound": "compute", "pct_bound": 50.0, "pct_peak": 50.0, "pct_bandwidth": 10.0}
+    # a GEMV: 32 MFLOP (0.08 ms) and 32 MB from DRAM (0.8 ms) -> memory
+    out = roofline.bound(1000.0, flops=32e6, nbytes=32 << 20, written=0, peak_ops=400 * GB, ladder=LADDER)
+    assert out["bound"] == "memory" and out["pct_bound"] == pytest.approx(100 * (32 << 20) / 40e9 / 1e-3, abs=0.1)
+    # no peak (the host lacks the ISA): memory only; nothing declared: no bound
+    assert roofline.bound(1000.0, flops=2e9, nbytes=1 << 20, written=0, peak_ops=None, ladder=LADDER)["bound"] == "memory"
+    assert roofline.bound(1000.0, flops=None, nbytes=None, written=None, peak_ops=None, ladder=LADDER) == {
+        "bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None}
+
+
+def test_annotate_uses_the_variants_peak_and_the_hosts_best_for_torch() -> None:
+    lim = limits(baseline=50 * GB, avx512bf16=400 * GB, amx=None)
+    rec = {"op": "gemm_bf16", "dtype": "bf16", "shape": [256, 4096, 4096], "torch_us": 25_000.0, "memcpy_us": None,
+           "flops": 2 * 256 * 4096 * 4096, "bytes": 40 << 20, "bytes_written": 4 << 20}
+    base, best = roofline.annotate([{**rec, "variant": "baseline", "us": 200_000.0},
+                                    {**rec, "variant": "avx512bf16", "us": 25_000.0}], lim)
+    assert base["bound"] == best["bound"] == "compute"
+    assert base["pct_bound"] == pytest.approx(100 * rec["flops"] / 50e9 / 0.2, abs=0.1)  # type: ignore[operator]
+    assert best["pct_bound"] == pytest.approx(100 * rec["flops"] / 400e9 / 0.025, abs=0.1)  # type: ignore[operator]
+    assert best["torch_pct_bound"] == best["pct_bound"]  # same time, the host's best peak
+    bare = roofline.annotate([{"op": "x", "dtype": "bf16", "shape": [1], "variant": "amx", "us": 1.0,
+                               "torch_us": None, "memcpy_us": None}], lim)[0]
+    assert bare["pct_bound"] is None and "declares no flops or bytes" in bare["peak_note"]
+
+
+def test_describe_says_when_the_host_lacks_the_isa() -> None:
+    text = "\n".join(roofline.describe(limits(avx512bf16=410 * GB, amx=None), ["bf16"]))
+    assert "avx512bf16 410.0 GFLOP/s (insn-avx512bf16)" in text
+    assert "amx not on this host (lacks amx_bf16)" in text
+    assert "128 MiB 40/40" in text
+
+
+def test_ladder_reaches_beyond_the_last_level_cache() -> None:
+    sizes = roofline.ladder_sizes(32 << 20)
+    assert sizes[0] == 16 << 10 and sizes == sorted(sizes)
+    assert sizes[-2] == 24 << 20 and sizes[-1] == 128 << 20
+    assert roofline.ladder_sizes(1 << 30)[-1] == 1 << 30  # capped
+    assert roofline.format_rate(4.1e11, "FLOP/s") == "410.0 GFLOP/s"
+
+
+def test_targets_met_missed_and_not_applicable() -> None:
+    rec = {"op": "gemm_bf16", "dtype": "bf16", "shape": [256, 4096, 4096], "memcpy_us": None}
+    records = [{**rec, "variant": "baseline", "us": 100.0, "torch_us": 30.0, "pct_bound": 10.0, "bound": "compute"},
+               {**rec, "variant": "avx512bf16", "us": 25.0, "torch_us": 30.0, "pct_bound": 80.0, "bound": "compute"},
+               {"op": "rms_norm", "dtype": "bf16", "shape": [512, 4096], "variant": "avx512bf16", "us": 150.0,
+                "torch_us": None, "memcpy_us": 100.0}]
+    decl = [
+        {"op": "gemm_bf16", "shape": [256], "versus": "torch", "min": 1.1},
+        {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "requires": ["avx512_bf16"]},
+        {"op": "gemm_bf16", "shape": [256], "versus": "baseline", "min": 4.0},
+        {"op": "rms_norm", "dtype": "bf16", "shape": [512], "versus": "copy", "max": 2.0},
+        {"op": "gemm_w8a8", "shape": [256], "versus": "torch", "min": 1.1},  # not timed: no line
+        "a plain line",
+    ]
+    lines = targets.check_all(decl, records, ["baseline", "avx512bf16"], ["avx2", "avx512_bf16"])
+    assert lines == [
+        "target: gemm_bf16 256 avx512bf16 vs torch: 1.20x (>= 1.1x: met)",
+        "target: gemm_bf16 256 avx512bf16 vs its compute bound: 80.0% (>= 85%: MISSED)",
+        "target: gemm_bf16 256 avx512bf16 vs baseline: 4.00x (>= 4.0x: met)",
+        "target: rms_norm bf16 512 avx512bf16 vs copy: 1.50x (<= 2.0x: met)",
+        "a plain line",
+    ]
+    lines = targets.check_all(decl[1:2], records, ["baseline"], ["avx2"])
+    assert lines == ["target: gemm_bf16 256 vs bound (>= 85): n/a, this host lacks avx512_bf16"]

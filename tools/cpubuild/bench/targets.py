@@ -1,0 +1,71 @@
+"""A benchmark's targets, checked by `cpubuild bench` on the annotated records.
+
+A target is a string (printed as is) or an object:
+``{"op", "shape" (list, leading dims to match), "dtype"?, "versus", "min"? ,
+"max"?, "requires"? (host features; n/a without them)}`` where `versus` is
+``torch`` (torch time / best variant time), ``baseline`` (the lowest
+variant's time / best), ``copy`` (best / copy time) or ``bound`` (the best
+variant's percentage of its roofline bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+VERSUS = ("torch", "baseline", "copy", "bound")
+
+
+def _matches(record: dict[str, Any], target: dict[str, Any]) -> bool:
+    shape = list(target.get("shape", []))
+    return (record["op"] == target["op"] and list(record["shape"])[: len(shape)] == shape
+            and target.get("dtype", record["dtype"]) == record["dtype"])
+
+
+def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
+          host_features: Iterable[str]) -> str | None:
+    """One line: the measured figure against the target, or why it does not
+    apply; None when the benchmark did not time the target's case."""
+    versus = target.get("versus")
+    if versus not in VERSUS:
+        return f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})"
+    rows = [r for r in records if _matches(r, target)]
+    shape = "x".join(map(str, target.get("shape", []))) or "any shape"
+    what = f"target: {target['op']} {target.get('dtype', '')} {shape}".replace("  ", " ")
+    lacking = [f for f in target.get("requires", []) if f not in set(host_features)]
+    limit = f">= {target['min']}" if "min" in target else f"<= {target.get('max')}"
+    if lacking:
+        return f"{what} vs {versus} ({limit}): n/a, this host lacks {', '.join(lacking)}"
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: r["us"])
+    value: float | None
+    if versus == "torch":
+        value, unit, name = (best["torch_us"] / best["us"] if best.get("torch_us") else None), "x", "torch"
+    elif versus == "baseline":
+        base = next((r["us"] for r in rows if r["variant"] == variants[0]), None)
+        value, unit, name = (base / best["us"] if base else None), "x", variants[0]
+    elif versus == "copy":
+        value, unit, name = (best["us"] / best["memcpy_us"] if best.get("memcpy_us") else None), "x", "copy"
+    else:
+        value, unit, name = best.get("pct_bound"), "%", f"its {best.get('bound') or 'roofline'} bound"
+    if value is None:
+        note = best.get("peak_note") if versus == "bound" else None
+        return f"{what} {best['variant']} vs {name} ({limit}{unit}): not measured" + (f" ({note})" if note else "")
+    ok = value >= target["min"] if "min" in target else value <= target["max"]
+    figure = f"{value:.2f}x" if unit == "x" else f"{value:.1f}%"
+    return f"{what} {best['variant']} vs {name}: {figure} ({limit}{unit}: {'met' if ok else 'MISSED'})"
+
+
+def check_all(targets: Sequence[Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
+              host_features: Iterable[str]) -> list[str]:
+    features = list(host_features)
+    out: list[str] = []
+    for t in targets:
+        if isinstance(t, dict):
+            line = check(t, records, variants, features)
+            if line is not None:
+                out.append(line)
+        else:
+            out.append(str(t))
+    return out
