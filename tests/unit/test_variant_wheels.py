@@ -10,14 +10,8 @@ from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
 from cpubuild.installlevels import LABEL, install_levels
 from cpubuild.matrix import MatrixError, load_matrix, parse_matrix
-from cpubuild.wheelbuild.variantwheels import (
-    SCHEMA_URL,
-    VariantsJsonConflict,
-    index_file_name,
-    merge_variant_documents,
-    plan_level_wheels,
-    variant_document,
-)
+from cpubuild.variantsjson import SCHEMA_URL, VariantsJsonConflict, index_file_name, merge_variant_documents
+from cpubuild.wheelbuild.variantwheels import plan_level_wheels, variant_document
 
 
 def test_x86_levels_place_cpukern_variants_as_the_psabi_says() -> None:

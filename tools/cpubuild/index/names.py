@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 # for real wheels, minus anything that could mean something in a path or URL.
 SAFE_WHEEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl$")
 COMMIT_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-VARIANT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+VARIANT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # an index tree such as cpu
+VARIANT_LABEL = re.compile(r"^[0-9a-z_.]{1,16}$")  # a PEP 825 wheel variant label
 # Index trees that are not commits: the moving nightly pointer.
 NIGHTLY = "nightly"
 
@@ -38,6 +39,7 @@ class WheelName:
     version: Version
     build: tuple[int, str] | tuple[()]
     tags: frozenset[Tag]
+    label: str | None = None  # PEP 825 variant label (after the platform tag), None: not a variant wheel
 
     @property
     def public_version(self) -> Version:
@@ -52,11 +54,18 @@ def parse_wheel_name(filename: str) -> WheelName:
         raise IndexInputError(f"{filename!r} is not a wheel (the name does not end in .whl)")
     if not SAFE_WHEEL_NAME.match(filename):
         raise IndexInputError(f"{filename!r} has characters a wheel file name cannot have")
+    parts = filename[: -len(".whl")].split("-")
+    label = None
+    # PEP 825: name-version[-build]-python-abi-platform[-label]; a build tag starts with a digit
+    if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):
+        label = parts.pop()
+        if not VARIANT_LABEL.match(label):
+            raise IndexInputError(f"{filename!r}: variant label {label!r} is not [0-9a-z_.]{{1,16}} (PEP 825)")
     try:
-        project, version, build, tags = parse_wheel_filename(filename)
+        project, version, build, tags = parse_wheel_filename("-".join(parts) + ".whl")
     except InvalidWheelFilename as exc:
         raise IndexInputError(f"{filename!r} is not a valid wheel file name: {exc}") from None
-    return WheelName(filename=filename, project=project, version=version, build=build, tags=tags)
+    return WheelName(filename=filename, project=project, version=version, build=build, tags=tags, label=label)
 
 
 def check_variant(variant: str) -> str:

@@ -15,14 +15,17 @@ already stored with the hash it lists.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
+from urllib.parse import unquote
 
 from ..errors import PublishError
+from ..variantsjson import VariantsJsonConflict, dump, index_file_name, merge_variant_documents
 from .names import NIGHTLY, IndexInputError, check_variant, href, project_dir
 from .pages import (
     HTML_CONTENT_TYPE,
@@ -47,6 +50,8 @@ from .wheelfile import WheelInfo, sha256_hex
 
 Channel = Literal["nightly", "release"]
 WHEEL_CONTENT_TYPE = "application/octet-stream"
+VARIANTS_CONTENT_TYPE = "application/json"
+VARIANTS_DIR = "variants"  # <commit>/variants/<hash>/{name}-{version}-variants.json, one per content
 METADATA_CONTENT_TYPE = "text/plain; charset=utf-8"
 MAX_ATTEMPTS = 60
 State = TypeVar("State", ProjectPage, ProjectList)
@@ -54,6 +59,12 @@ State = TypeVar("State", ProjectPage, ProjectList)
 
 class NameClashError(PublishError):
     """A wheel name already published with different bytes."""
+
+    exit_code = 2
+
+
+class VariantsMismatchError(PublishError):
+    """A variant wheel whose variant.json contradicts the index's variants.json."""
 
     exit_code = 2
 
@@ -111,10 +122,48 @@ def _trees(commit: str, channel: Channel | None, wheels: Sequence[WheelInfo]) ->
     return trees
 
 
+def _variants_key(entry: FileEntry) -> str:
+    """The storage key of a page's variants.json entry (its URL is relative to the page)."""
+    return unquote(entry.url).removeprefix("../../../")
+
+
+def _with_variants(storage: Storage, tree: str, commit: str, page: ProjectPage, offered: dict[str, dict[str, Any]],
+                   upload_time: str, *, store: bool) -> ProjectPage:
+    """The page with each offered {name}-{version}-variants.json merged into the one it lists
+    (PEP 825: the file grows as labels are published). Every content is stored once under
+    <commit>/variants/<hash>/, so a page never names a file that changes; a label the page's
+    file describes otherwise refuses the publish."""
+    files = {f.filename: f for f in page.files}
+    for name, doc in offered.items():
+        listed = files.get(name)
+        old = None
+        if listed is not None:
+            blob = storage.read(_variants_key(listed))
+            if blob is None:
+                raise PublishError(f"{tree}/ lists {name} at {listed.url}, which is missing; refusing to guess its labels")
+            old = json.loads(blob.data)
+        try:
+            merged = merge_variant_documents(old, doc, where=f"{tree}/ {name}")
+        except VariantsJsonConflict as exc:
+            raise VariantsMismatchError(f"{exc.message}; publish it under a new version") from None
+        if merged == old:
+            continue
+        data = dump(merged)
+        digest = sha256_hex(data)
+        key = f"{commit}/{VARIANTS_DIR}/{digest[:16]}/{name}"
+        if store:
+            _store(storage, key, data, VARIANTS_CONTENT_TYPE)
+        files[name] = FileEntry(filename=name, url=href(f"../../../{key}"), sha256=digest, size=len(data),
+                                upload_time=upload_time, requires_python=None, metadata_sha256=None)
+    return replace(page, files=tuple(sorted(files.values(), key=lambda f: f.filename)))
+
+
 def _mutation(
-    tree: str, commit: str, entries: list[FileEntry], display: str, notes: list[str] | None = None
+    tree: str, commit: str, entries: list[FileEntry], display: str, notes: list[str] | None = None,
+    variants: Callable[[ProjectPage], ProjectPage] | None = None,
 ) -> Callable[[ProjectPage | None], ProjectPage]:
-    """How one publish changes one project page of `tree`."""
+    """How one publish changes one project page of `tree` (`variants`: then its variants.json)."""
+    grown = variants or (lambda page: page)
 
     def mutate(page: ProjectPage | None) -> ProjectPage:
         if page is None:
@@ -127,13 +176,13 @@ def _mutation(
                 if notes is not None:
                     notes.append(f"nightly stays at commit {page.commit} (version {current} is newer than {offered})")
                 return page
-            return replace(page, files=tuple(sorted(entries, key=lambda e: e.filename)), commit=commit)
+            return grown(replace(page, files=tuple(sorted(entries, key=lambda e: e.filename)), commit=commit))
         if page.commit not in (None, commit):
             raise PublishError(
                 f"{tree}/ was published from commit {page.commit}; refusing files of commit {commit} (releases are immutable)"
             )
         try:
-            return merge_files(page, entries)
+            return grown(merge_files(page, entries))
         except NameClash as clash:
             raise NameClashError(
                 f"{clash.filename} is already in {tree}/ with different content "
@@ -240,9 +289,12 @@ def _precheck(storage: Storage, commit: str, wheels: Sequence[WheelInfo], trees:
         for project, group in _by_project(wheels).items():
             key = f"{tree}/{variant}/{project}/index.json"
             blob = storage.read(key)
-            if blob is not None:
-                page = _parse_state(ProjectPage, blob.data, key)
-                _mutation(tree, commit, [_entry(w, commit, times[w.filename]) for w in group], group[0].display_name)(page)
+            offered = offered_variants(group)
+            page = _parse_state(ProjectPage, blob.data, key) if blob is not None else None
+            if blob is not None or offered:
+                _mutation(tree, commit, [_entry(w, commit, times[w.filename]) for w in group], group[0].display_name,
+                          variants=lambda p, tree=tree, offered=offered: _with_variants(  # type: ignore[misc]
+                              storage, tree, commit, p, offered, "", store=False))(page)
 
 
 def _upload_times(storage: Storage, commit: str, variant: str, wheels: Sequence[WheelInfo], now: str) -> dict[str, str]:
@@ -260,6 +312,19 @@ def _upload_times(storage: Storage, commit: str, variant: str, wheels: Sequence[
             if listed is not None and listed.sha256 == wheel.sha256:
                 times[wheel.filename] = listed.upload_time
     return times
+
+
+def offered_variants(wheels: Sequence[WheelInfo]) -> dict[str, dict[str, Any]]:
+    """{name}-{version}-variants.json -> the labels the given variant wheels describe (merged)."""
+    offered: dict[str, dict[str, Any]] = {}
+    for wheel in wheels:
+        if wheel.variant is not None:
+            name = index_file_name(wheel.filename)
+            try:
+                offered[name] = merge_variant_documents(offered.get(name), wheel.variant, where=f"the wheels given ({wheel.filename})")
+            except VariantsJsonConflict as exc:
+                raise IndexInputError(exc.message) from None
+    return offered
 
 
 def _by_project(wheels: Sequence[WheelInfo]) -> dict[str, list[WheelInfo]]:
@@ -286,7 +351,8 @@ def publish(
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise IndexInputError(f"the same wheel name is given twice: {', '.join(duplicates)}")
-    times = _upload_times(storage, commit, variant, wheels, upload_time or utc_now())
+    now = upload_time or utc_now()
+    times = _upload_times(storage, commit, variant, wheels, now)
     trees = _trees(commit, channel, wheels)
     _precheck(storage, commit, wheels, trees, variant, times)
 
@@ -303,7 +369,10 @@ def publish(
             directory = f"{tree}/{variant}/{project}"
             entries = [_entry(w, commit, times[w.filename]) for w in group]
             notes: list[str] = []
-            mutate = _mutation(tree, commit, entries, group[0].display_name, notes)
+            offered = offered_variants(group)
+            mutate = _mutation(tree, commit, entries, group[0].display_name, notes,
+                               variants=lambda p, tree=tree, offered=offered: _with_variants(  # type: ignore[misc]
+                                   storage, tree, commit, p, offered, now, store=True))
             changed = update_page(storage, directory, ProjectPage, mutate)
             changes.append(PageChange(tree=tree, page=directory, changed=changed, note=notes[-1] if notes else ""))
             display = group[0].display_name

@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import os
 import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -34,6 +36,7 @@ class WheelInfo:
     metadata: bytes  # the .dist-info/METADATA file, served as <wheel>.metadata (PEP 658)
     metadata_sha256: str
     requires_python: str | None
+    variant: dict[str, Any] | None = None  # a variant wheel's .dist-info/variant.json (PEP 825)
 
     @property
     def filename(self) -> str:
@@ -99,6 +102,7 @@ def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
             if f"{dist_info}/{required}" not in names:
                 raise IndexInputError(f"{filename}: {dist_info}/{required} is missing")
         metadata = archive.read(f"{dist_info}/METADATA")
+        variant = _variant_json(filename, wheel, archive, f"{dist_info}/variant.json" in names, f"{dist_info}/variant.json")
     try:
         fields = metadata_fields(metadata)
     except IndexInputError as exc:
@@ -123,7 +127,26 @@ def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
         metadata=metadata,
         metadata_sha256=sha256_hex(metadata),
         requires_python=requires_python or None,
+        variant=variant,
     )
+
+
+def _variant_json(filename: str, wheel: WheelName, archive: zipfile.ZipFile, present: bool, member: str) -> dict[str, Any] | None:
+    """A variant wheel's variant.json, checked against its file name's label; None for other wheels."""
+    if wheel.label is None:
+        if present:
+            raise IndexInputError(f"{filename}: holds {member} but its name has no variant label")
+        return None
+    if not present:
+        raise IndexInputError(f"{filename}: a variant wheel (label {wheel.label!r}) without {member}")
+    try:
+        document = json.loads(archive.read(member))
+        labels = list(document["variants"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IndexInputError(f"{filename}: {member} is not a variant description: {exc}") from None
+    if labels != [wheel.label]:
+        raise IndexInputError(f"{filename}: {member} describes {labels}, the file name says {wheel.label!r}")
+    return dict(document)
 
 
 def read_wheel(path: Path) -> WheelInfo:

@@ -26,14 +26,10 @@ from typing import Any
 from ..errors import UsageError
 from ..installlevels import NULL_LABEL, LevelScheme, install_levels
 from ..matrix import Matrix
+from ..variantsjson import document, dump, index_file_name, merge_variant_documents
 from . import wheelzip
 
-SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/825/v0.1.1.json"
 VARIANT_JSON = "variant.json"
-
-
-class VariantsJsonConflict(UsageError):
-    """Two descriptions of one variant label disagree."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,44 +60,7 @@ def plan_level_wheels(matrix: Matrix, arch: str, built: tuple[str, ...]) -> tupl
 
 def variant_document(scheme: LevelScheme, labels: dict[str, str | None]) -> dict[str, Any]:
     """A variant.json (one label) or the index's variants.json (every label): label -> level or None (null)."""
-    return {
-        "$schema": SCHEMA_URL,
-        "default-priorities": {"namespace": [scheme.namespace]},
-        "providers": {scheme.namespace: {"requires": [scheme.provider]}},
-        "variants": {label: ({scheme.namespace: {scheme.feature: [level]}} if level else {})
-                     for label, level in labels.items()},
-    }
-
-
-def merge_variant_documents(old: dict[str, Any] | None, new: dict[str, Any], *, where: str) -> dict[str, Any]:
-    """Labels of both (PEP 825: an index's variants.json grows); a label described
-    differently in the two is a VariantsJsonConflict."""
-    if old is None:
-        return new
-    try:
-        variants = dict(old["variants"])
-        for label, properties in new["variants"].items():
-            if label in variants and variants[label] != properties:
-                raise VariantsJsonConflict(f"{where}: variant {label!r} is {json.dumps(variants[label])} there, "
-                                           f"this wheel says {json.dumps(properties)}")
-            variants[label] = properties
-        namespaces = [*old["default-priorities"]["namespace"]]
-        namespaces += [n for n in new["default-priorities"]["namespace"] if n not in namespaces]
-        providers = {**old["providers"], **new["providers"]}
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise VariantsJsonConflict(f"{where}: not a variants.json cpubuild can merge ({exc})") from None
-    return {"$schema": new["$schema"], "default-priorities": {"namespace": namespaces}, "providers": providers,
-            "variants": dict(sorted(variants.items()))}
-
-
-def dump(document: dict[str, Any]) -> bytes:
-    return (json.dumps(document, indent=1, sort_keys=False) + "\n").encode()
-
-
-def index_file_name(wheel_name: str) -> str:
-    """`{name}-{version}-variants.json` for a wheel file name (its first two fields)."""
-    name, version = wheel_name.split("-")[:2]
-    return f"{name}-{version}-variants.json"
+    return document(namespace=scheme.namespace, feature=scheme.feature, provider=scheme.provider, labels=labels)
 
 
 def _derive(fat: Path, out: Path, plan: LevelWheel, document: dict[str, Any], epoch: int) -> Path:
