@@ -159,7 +159,8 @@ def render(result: dict[str, Any], variants: Sequence[str], limits: roofline.Lim
                      "dtype; memory: the bandwidth at the working set); bound: which one, for the best variant")
     width = 18 if has_roof else 12
     head = f"{'op':<19}{'dtype':<6}{'shape':>16}" + "".join(f"{v:>{width}}" for v in variants)
-    head += f"{'torch':>{width}}{'copy':>10}  {'best':<11}{'vs torch':>9}{'vs ' + baseline:>13}{'/ copy':>8}"
+    ladder = max(13, len(baseline) + 5)  # 'vs <baseline>' right-aligned with a gap
+    head += f"{'torch':>{width}}{'copy':>10}  {'best':<11}{'vs torch':>9}{'vs ' + baseline:>{ladder}}{'/ copy':>8}"
     if has_roof:
         head += f"{'bound':>9}"
     lines.append(head)
@@ -184,7 +185,8 @@ def render(result: dict[str, Any], variants: Sequence[str], limits: roofline.Lim
             else:
                 row += f"{torch_us:12.1f}"
             row += f"{entry['memcpy_us']:10.1f}" if entry["memcpy_us"] is not None else f"{'-':>10}"
-            row += f"  {best:<11}{_ratio(entry['torch_us'], times[best]):>9}{_ratio(times.get(baseline), times[best]):>13}"
+            row += f"  {best:<11}{_ratio(entry['torch_us'], times[best]):>9}"
+            row += f"{_ratio(times.get(baseline), times[best]):>{ladder}}"
             row += f"{_ratio(times[best], entry['memcpy_us']):>8}"
             if has_roof:
                 row += f"{by_key[(op, dtype, label, best)].get('bound') or '-':>9}"
