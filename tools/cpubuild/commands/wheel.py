@@ -111,8 +111,8 @@ def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bo
 @click.option("--torch", "torch", default=None, metavar="X.Y.Z",
               help="Torch projects: the torch to build against (native: the environment's, which must be this version; "
                    "cross: its wheel for the target is fetched). The wheel pins torch==X.Y.* and is labelled +cpu.ptXY.")
-@click.option("--variant-wheels", is_flag=True, default=False,
-              help="Also make PEP 825 variant wheels from the wheel: one per install-time CPU level the variants map to "
+@click.option("--variant-wheels", is_flag=True, default=None,
+              help="Also make PEP 825 variant wheels from the wheel (pyproject variant-wheels, CPUBUILD_VARIANT_WHEELS): one per install-time CPU level the variants map to "
                    "(x86-64 v1..v4; the matrix's install-level), plus `null`, and {name}-{version}-variants.json.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
@@ -130,7 +130,7 @@ def command(
     repair: bool | None,
     clean: bool | None,
     torch: str | None,
-    variant_wheels: bool,
+    variant_wheels: bool | None,
     quiet: bool,
     verbose: bool,
     as_json: bool,
@@ -146,8 +146,8 @@ def command(
         summary = _run(
             cli={"isa": isa, "arch": arch, "out": out, "build_root": build_root, "frontend": frontend,
                  "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean,
-                 "torch": torch},
-            project_dir=project_dir, quiet=quiet, verbose=verbose, variant_wheels=variant_wheels,
+                 "torch": torch, "variant_wheels": variant_wheels},
+            project_dir=project_dir, quiet=quiet, verbose=verbose,
         )
     except CpubuildError as exc:
         if as_json:
@@ -169,8 +169,7 @@ def command(
             click.echo(f"variants.json: {extras['variants_json']}")
 
 
-def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool,
-         variant_wheels: bool = False) -> dict[str, Any]:
+def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:
     project = find_project(project_dir)
     problems = project.cmake_problems()
     if problems:
@@ -185,13 +184,13 @@ def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose:
     matrix = project.load_matrix()
     host = Host.current()
     plan = plan_from_options(project, matrix, options, host=host, verbose=verbose)
-    if variant_wheels:
+    if options.variant_wheels:
         plan_level_wheels(matrix, plan.arch, plan.variants)  # an arch without levels fails before the build
     platform = select_platform(plan.target, host)
     reporter = make_reporter(quiet=quiet, verbose=verbose)
     reporter.note(f"{plan.arch} [{', '.join(plan.variants)}] -> {plan.version}")
     summary = execute(plan, platform, matrix, reporter)
-    if variant_wheels:
+    if options.variant_wheels:
         summary["variant_wheels"] = make_variant_wheels(Path(summary["wheel"]["path"]), matrix, plan.arch,
                                                         plan.source_date_epoch)
     return summary

@@ -33,6 +33,7 @@ class WheelOptions:
     repair: bool = True
     clean: bool = False
     torch: str | None = None  # torch projects: the torch version to build against (None: the environment's)
+    variant_wheels: bool = False  # also the PEP 825 variant wheels (variantwheels.py)
 
 
 # option name -> (pyproject key, environment variable)
@@ -48,6 +49,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "repair": ("repair", "CPUBUILD_REPAIR"),
     "clean": ("clean", "CPUBUILD_CLEAN"),
     "torch": ("torch", "CPUBUILD_TORCH"),
+    "variant_wheels": ("variant-wheels", "CPUBUILD_VARIANT_WHEELS"),
 }
 
 
@@ -89,7 +91,7 @@ def _convert(name: str, value: Any, where: str, base: Path) -> Any:
         if jobs < 1:
             raise fail(f"must be a positive integer, got {value!r}")
         return jobs
-    if name in ("repair", "clean"):
+    if name in ("repair", "clean", "variant_wheels"):
         if isinstance(value, bool):
             return value
         text = str(value).strip().lower()
