@@ -10,6 +10,7 @@ emulated model's CPUID reports (tests/data/cpuid_cpuinfo.c, bind-mounted over
 from __future__ import annotations
 
 import calendar
+import hashlib
 import json
 import os
 import shutil
@@ -98,9 +99,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def index(built: dict[str, Built], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def published(built: dict[str, Built], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every wheel of both projects published (fat and variants, separate calls per label, as CI jobs
-    would), served over HTTP by `cpubuild serve`; yields the nightly tree's URL."""
+    would) into a directory index."""
     root = tmp_path_factory.mktemp("index") / "root"
     for b in built.values():
         for path in [b.fat, *(Path(str(w["path"])) for w in b.variants.values())]:
@@ -108,20 +109,31 @@ def index(built: dict[str, Built], tmp_path_factory: pytest.TempPathFactory) -> 
             assert proc.returncode == 0, proc.stderr
     for tree in (f"{COMMIT}/cpu", "nightly/cpu"):
         assert verify_tree(LocalStorage(root), tree).problems == []
+    return root
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, f"no server at {url}"
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def index(published: Path) -> Iterator[str]:
+    """The index served over HTTP by `cpubuild serve`; yields the nightly tree's URL."""
+    root = published
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO / "tools"))
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from cpubuild.cli import main; main(sys.argv[1:])",
                              "serve", str(root), "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/nightly/cpu/"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(base, timeout=2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None, "cpubuild serve did not come up"
-                time.sleep(0.2)
+        wait_for(base, proc)
         yield base
     finally:
         proc.terminate()
@@ -214,6 +226,36 @@ def test_uv_preview_installs_the_level_this_cpu_has(project: str, built: dict[st
     label = expected_label(built[project], psabi_level(cpuinfo_flags("x86_64")))
     assert got["label"] == label
     assert got["selected"] == oracle_variant(project, list(built[project].variants[label]["variants"]))  # type: ignore[arg-type]
+
+
+def test_nginx_with_the_printed_config_serves_the_variant_index(built: dict[str, Built], published: Path, tmp_path: Path) -> None:
+    """The same index behind nginx (`cpubuild serve --print-nginx-config`): variants.json as JSON, uv's pick unchanged."""
+    require_tool("nginx")
+    port = free_port()
+    block = cpubuild("serve", str(published), "--port", str(port), "--print-nginx-config").stdout
+    temps = "".join(f"    {n}_temp_path {tmp_path}/{n};\n" for n in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(f"{'user root;' if os.geteuid() == 0 else ''}\nworker_processes 1;\npid {tmp_path}/nginx.pid;\n"
+                    f"error_log {tmp_path}/error.log warn;\nevents {{ worker_connections 64; }}\n"
+                    f"http {{\n    include /etc/nginx/mime.types;\n    default_type application/octet-stream;\n"
+                    f"    access_log off;\n{temps}{block}}}\n")
+    proc = subprocess.Popen(["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"), "-c", str(conf), "-g", "daemon off;"])
+    base = f"http://127.0.0.1:{port}/nightly/cpu/"
+    try:
+        wait_for(base, proc)
+        page = json.loads(urllib.request.urlopen(urllib.request.Request(
+            base + "cpukern/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})).read())
+        (entry,) = [f for f in page["files"] if f["filename"].endswith("-variants.json")]
+        with urllib.request.urlopen(urllib.parse.urljoin(base + "cpukern/", entry["url"])) as r:
+            assert r.headers["Content-Type"].startswith("application/json")
+            assert hashlib.sha256(r.read()).hexdigest() == entry["hashes"]["sha256"]
+        path = venv(tmp_path)
+        run(["uv", "pip", "install", "-q", "--python", str(path / "bin" / "python"), "--preview-features", "wheel-variants",
+             "--index-url", base, "cpukern"], env=clean_env(tmp_path))
+        assert installed(path, "cpukern")["label"] == expected_label(built["cpukern"], psabi_level(cpuinfo_flags("x86_64")))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @pytest.mark.parametrize("how", ["pip", "uv without preview"])
