@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
-from .rootfs import cache_dir, debian_mirror, locked
+from .rootfs import cache_dir, debian_mirror, install_tree, locked
 
 Log = Callable[[str], None]
 
@@ -122,19 +122,10 @@ def ensure_bochs3(cache: Path | None = None, log: Log = print) -> Bochs3:
             _run([chroot, str(tmp), "apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
                  f"apt-get install {' '.join(PACKAGES)} in the {SUITE} tree")
             version = _run([chroot, str(tmp), "dpkg-query", "-W", "-f=${Version}", "bochs"], "dpkg-query").strip()
-            shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
-            (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
             for path in (LOADER, BINARY, BIOS, VGABIOS):
                 if not (tmp / path).exists():
                     raise BuildFailedError(f"the {SUITE} tree lacks {path} after installing {' '.join(PACKAGES)}")
-            (tmp / STAMP).write_text(json.dumps({**stamp(), "version": version}, indent=1, sort_keys=True) + "\n")
-            if root.exists():
-                stale = Path(tempfile.mkdtemp(prefix=f".stale-{SUITE}-", dir=base))
-                root.rename(stale / "tree")
-                tmp.rename(root)
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                tmp.rename(root)
+            install_tree(tmp, root, stamp=(STAMP, {**stamp(), "version": version}))
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -175,21 +175,26 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
                     f"debootstrap of the {spec.name} rootfs failed (exit {proc.returncode})",
                     detail=f"$ {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-3000:]}",
                 )
-            # Leave apt's downloads out of the cache: they are 40+ MB.
-            shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
-            (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
-            (tmp / STAMP).write_text(json.dumps(spec.stamp(), indent=1, sort_keys=True) + "\n")
-            if root.exists():  # stale: move aside, swap in, then delete
-                stale = Path(tempfile.mkdtemp(prefix=f".stale-{spec.name}-", dir=base))
-                root.rename(stale / "tree")
-                tmp.rename(root)
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                tmp.rename(root)
+            install_tree(tmp, root, stamp=(STAMP, spec.stamp()))
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return root
+
+
+def install_tree(tmp: Path, root: Path, *, stamp: tuple[str, dict[str, object]]) -> None:
+    """A finished debootstrap tree in `tmp` becomes the cached tree `root` (under its lock):
+    apt's downloads left out (40+ MB), its stamp written last, a stale tree swapped out."""
+    shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
+    (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    (tmp / stamp[0]).write_text(json.dumps(stamp[1], indent=1, sort_keys=True) + "\n")
+    if root.exists():  # stale: move aside, swap in, then delete
+        stale = Path(tempfile.mkdtemp(prefix=f".stale-{root.name}-", dir=root.parent))
+        root.rename(stale / "tree")
+        tmp.rename(root)
+        shutil.rmtree(stale, ignore_errors=True)
+    else:
+        tmp.rename(root)
 
 
 # ------------------------------------------------------------------ wheels
