@@ -200,3 +200,19 @@ def test_find_wheel_picks_the_newest_of_the_arch_and_project(tmp_path: Path) -> 
         find_wheel("x86_64", tmp_path, "cpukern")
     with pytest.raises(UsageError, match="no dotlib wheel for s390x"):
         find_wheel("s390x", tmp_path, "dotlib")
+
+
+def test_install_tree_swaps_in_a_finished_tree_without_apt_downloads(tmp_path: Path) -> None:
+    from cpubuild.emulate.rootfs import install_tree
+
+    root = tmp_path / "arm64"
+    for attempt in ("first", "second"):
+        tmp = tmp_path / f".tmp-{attempt}"
+        (tmp / "var/cache/apt/archives").mkdir(parents=True)
+        (tmp / "var/cache/apt/archives/big.deb").write_bytes(b"x" * 10)
+        (tmp / "marker").write_text(attempt)
+        install_tree(tmp, root, stamp=(".stamp.json", {"attempt": attempt}))
+        assert not tmp.exists() and (root / "marker").read_text() == attempt  # a stale tree is replaced
+        assert json.loads((root / ".stamp.json").read_text()) == {"attempt": attempt}
+        assert list((root / "var/cache/apt/archives").iterdir()) == [root / "var/cache/apt/archives/partial"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["arm64"]  # nothing stale left behind
