@@ -209,12 +209,8 @@ def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuil
     runnable = [v.name for v in example.matrix.variants_for(ARCH) if set(v.requires) <= oracle_features(ARCH)]
     assert {r["variant"] for r in out["records"]} == set(runnable)
     assert {(r["op"], r["dtype"]) for r in out["records"]} == {("dot_f32", "fp32"), ("dot_i8", "int8")}
-    for record in out["records"]:
-        assert record["bound"] in ("compute", "memory") and record["pct_bound"] > 0, record
-        if record["bytes"] < out["limits"]["llc_bytes"]:  # in cache: 150 is test_gemm_bench's noise allowance
-            assert record["pct_bound"] <= 150, record
-        # From memory the share can read above 100%: two input streams outrun the probe's one
-        # (docs/gemm.md), so only the cache-resident records are held to the allowance.
+    for record in out["records"]:  # 150: test_gemm_bench's noise allowance
+        assert record["bound"] in ("compute", "memory") and 0 < record["pct_bound"] <= 150, record
     peaks = {(p["variant"], p["dtype"]): p for p in out["limits"]["peaks"]}
     assert all(peaks[v, d]["ops_per_s"] > 0 for v in runnable for d in ("fp32", "int8"))
 

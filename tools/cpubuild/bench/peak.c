@@ -272,17 +272,23 @@ struct job {
 
 typedef uint64_t v8u __attribute__((vector_size(64)));
 
+/* Reads the buffer as two streams side by side (its halves): kernels read several
+   inputs at once, and a single stream under-reports what memory delivers (a
+   two-input dot product read 127-137% of a one-stream figure). */
 static double read_pass(const unsigned char* p, size_t bytes) {
     v8u acc[8];
     memset(acc, 0, sizeof acc);
-    const size_t step = 8 * sizeof(v8u);
-    size_t i = 0;
-    for (; i + step <= bytes; i += step) {
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-            v8u v;
+    const size_t half = bytes / 2;
+    const unsigned char* q = p + half;
+    const size_t step = 4 * sizeof(v8u);
+    for (size_t i = 0; i + step <= half; i += step) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            v8u v, w;
             memcpy(&v, p + i + (size_t)j * sizeof(v8u), sizeof v);
+            memcpy(&w, q + i + (size_t)j * sizeof(v8u), sizeof w);
             acc[j] += v;
+            acc[4 + j] += w;
         }
     }
     uint64_t x = 0;
@@ -376,7 +382,7 @@ int main(int argc, char** argv) {
                 memset(dsts[i], 0, per / 2);
             }
             proto.mode = 1;
-            proto.bytes = per; /* read: one buffer of the working set */
+            proto.bytes = per; /* read: one buffer of the working set, as two streams */
             const double read = run_threads(threads, &proto, srcs, NULL);
             proto.mode = 2;
             proto.bytes = per / 2; /* copy: source and destination make the working set */
