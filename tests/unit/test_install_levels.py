@@ -8,9 +8,9 @@ import re
 import pytest
 from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
-from cpubuild.installlevels import LABEL, install_levels
+from cpubuild.installlevels import install_levels
 from cpubuild.matrix import MatrixError, load_matrix, parse_matrix
-from cpubuild.variantsjson import SCHEMA_URL, VariantsJsonConflict, index_file_name, merge_variant_documents
+from cpubuild.variantsjson import LABEL, SCHEMA_URL, VariantsJsonConflict, index_file_name, merge_variant_documents
 from cpubuild.wheelbuild.variantwheels import plan_level_wheels, variant_document
 
 

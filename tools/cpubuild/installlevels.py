@@ -8,7 +8,6 @@ below; the finer pick inside a level stays with the runtime dispatcher.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from .variantsjson import LABEL
+
 DATA_FILE = Path(__file__).parent / "hardware" / "install_levels.toml"
-LABEL = re.compile(r"^[0-9a-z_.]{1,16}$")  # PEP 825 variant labels
-NULL_LABEL = "null"  # PEP 825: the variant with no properties
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,26 @@ PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 _VERSION = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
+RELEASE = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
+def release(version: str) -> str:
+    """2.13.0+cpu -> 2.13.0 (what pip is asked for)."""
+    return version.split("+", 1)[0]
+
+
+def minor(version: str) -> str:
+    """2.13.0+cpu -> 2.13 (torch's C++ ABI holds within a minor)."""
+    return ".".join(release(version).split(".")[:2])
+
+
+def check_release(version: str) -> str:
+    """A torch release as --torch takes it (2.13.0, 2.13), else a usage error."""
+    if not RELEASE.fullmatch(version):
+        raise UsageError(f"--torch {version!r}: give a torch release such as 2.13.0")
+    return version
+
+
 @dataclass(frozen=True, kw_only=True)
 class TorchBuild:
     version: str  # e.g. 2.13.0+cpu
@@ -44,12 +64,11 @@ class TorchBuild:
 
     @property
     def public(self) -> str:
-        return self.version.split("+", 1)[0]
+        return release(self.version)
 
     @property
     def minor(self) -> str:
-        major, minor = self.public.split(".")[:2]
-        return f"{major}.{minor}"
+        return minor(self.version)
 
     @property
     def label(self) -> str:
@@ -115,7 +134,7 @@ def installed_version() -> str | None:
 def same_release(version: str, requested: str) -> bool:
     """2.13.0+cpu is the 2.13.0 asked for; 2.13 asks for 2.13.0."""
     def parts(v: str) -> tuple[int, ...]:
-        numbers = [int(x) for x in re.findall(r"\d+", v.split("+", 1)[0])[:3]]
+        numbers = [int(x) for x in re.findall(r"\d+", release(v))[:3]]
         return tuple(numbers + [0] * (3 - len(numbers)))
     return parts(version) == parts(requested)
 
@@ -235,9 +254,7 @@ def requires_dist(wheel: Path) -> list[str]:
 
 def downloaded(version: str, arch: Arch) -> TorchBuild:
     """torch `version` for another arch: its wheel for the arch's manylinux policy, unpacked once."""
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
-        raise UsageError(f"--torch {version!r}: give a torch release such as 2.13.0")
-    wheel = _download(version, arch.manylinux)
+    wheel = _download(check_release(version), arch.manylinux)
     directory = cache_dir() / "torch" / wheel.name.removesuffix(".whl") / "torch"
     if not (directory / "version.py").is_file():
         (cache_dir() / "torch").mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ the host (docker/torchwheels.py) and unpacked by the build stage.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -379,8 +378,8 @@ def torch_release(image: ImageProject, specs: list[plan.ImageSpec], requested: s
         if requested:
             raise UsageError(f"--torch {requested}: {image.project.config.dist_name} is not a torch project ([tool.cpubuild] kind = torch)")
         return None
-    if requested is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", requested):
-        raise UsageError(f"--torch {requested!r}: give a torch release such as 2.13.0")
+    if requested is not None:
+        torchdist.check_release(requested)
     for spec in specs:
         built = plan.wheel_torch(spec.wheel) if spec.wheel is not None else None
         if built and requested and not torchdist.same_release(built, requested):
@@ -391,7 +390,7 @@ def torch_release(image: ImageProject, specs: list[plan.ImageSpec], requested: s
     if here is None and any(s.wheel is None for s in specs):
         raise UsageError(f"{image.project.config.dist_name} is a torch project and {sys.executable} has no torch to follow: "
                          "pass --torch X.Y.Z (the release to build against and install in the image)")
-    return here.split("+", 1)[0] if here else None
+    return torchdist.release(here) if here else None
 
 
 def _copy_wheels(engine: Any, spec: plan.ImageSpec, out: Path, console: Console) -> None:

@@ -88,7 +88,7 @@ def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bo
     if requested is None:
         if here is None:
             raise UsageError("a cross build of a torch project needs --torch X.Y.Z (this Python has no torch to follow)")
-        requested = here.split("+", 1)[0]
+        requested = torchdist.release(here)
     return torchdist.downloaded(requested, arch)
 
 

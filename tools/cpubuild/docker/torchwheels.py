@@ -44,15 +44,6 @@ def image_python(suite: str = DEFAULT_SUITE) -> str:
         raise UsageError(f"no known python3 version for Debian {suite}: images of torch projects need one") from None
 
 
-def release(version: str) -> str:
-    """2.13.0+cpu -> 2.13.0: what pip is asked for."""
-    return version.split("+", 1)[0]
-
-
-def minor(version: str) -> str:
-    return ".".join(release(version).split(".")[:2])
-
-
 def cuda_reason(wheel: Path, platform: str, python: str) -> str | None:
     """Why this torch wheel is a CUDA build (None: a CPU build): the CUDA packages it
     requires on `platform`, or its libtorch_cuda."""
@@ -76,11 +67,12 @@ def torch_wheels(version: str, arch: Arch, python: str, *, log: Log = print) -> 
     """torch `version` for `arch`'s platform and CPython `python`, and its dependencies there:
     wheel files, torch's first. Fetched once (under a lock), then read from the cache."""
     platform = arch.manylinux
-    torch_wheel = torchdist.release_wheel(release(version), platform, python)
+    wanted = torchdist.release(version)
+    torch_wheel = torchdist.release_wheel(wanted, platform, python)
     why = cuda_reason(torch_wheel, platform, python)
     if why is not None:
         raise UsageError(
-            f"torch {release(version)} for {platform} from the package index is a CUDA build ({why}); "
+            f"torch {wanted} for {platform} from the package index is a CUDA build ({why}); "
             "an image of a torch project gets a CPU torch",
             detail=f"fix: point pip at a CPU build of torch, e.g. export PIP_EXTRA_INDEX_URL={CPU_INDEX}, "
                    f"and remove the cached CUDA wheel: rm {torch_wheel}",
@@ -91,10 +83,10 @@ def torch_wheels(version: str, arch: Arch, python: str, *, log: Log = print) -> 
         folder.parent.mkdir(parents=True, exist_ok=True)
         with locked(folder.parent / f"{folder.name}.lock"):
             if not stamp.is_file():
-                log(f"torch {release(version)} for {platform} / CPython {python}: fetching its dependencies (once)")
+                log(f"torch {wanted} for {platform} / CPython {python}: fetching its dependencies (once)")
                 with tempfile.TemporaryDirectory(prefix=".fetch-", dir=folder.parent) as tmp:
                     fetched = Path(tmp) / "wheels"
-                    torchdist.fetch_with_dependencies(release(version), platform, python, fetched)
+                    torchdist.fetch_with_dependencies(wanted, platform, python, fetched)
                     (fetched / torch_wheel.name).unlink()  # torch's own stays in torchdist's cache
                     names = sorted(w.name for w in fetched.glob("*.whl"))
                     (fetched / STAMP).write_text(json.dumps({"torch": torch_wheel.name, "platform": platform,

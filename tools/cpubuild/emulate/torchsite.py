@@ -22,15 +22,11 @@ from pathlib import Path, PurePosixPath
 from .. import unpack
 from ..errors import BuildFailedError, UsageError
 from ..hardware import Arch
-from ..torchdist import fetch_with_dependencies
+from ..torchdist import fetch_with_dependencies, minor, release
 from .rootfs import Log, locked
 
 SITE_DIR = PurePosixPath("/opt/cpubuild-torch")
 STAMP = ".cpubuild-torch.json"
-
-
-def minor(version: str) -> str:
-    return ".".join(version.split("+", 1)[0].split(".")[:2])
 
 
 def tree_python(root: Path) -> str:
@@ -57,7 +53,7 @@ def ensure_torch_site(root: Path, arch: Arch, version: str, *, log: Log = print)
             return inside
         log(f"torch {version} for {arch.name} / CPython {python}: downloading (once, into {inside})")
         with tempfile.TemporaryDirectory(prefix=".download-", dir=target.parent) as tmp:
-            wheels = fetch_with_dependencies(version.split("+", 1)[0], arch.manylinux, python, Path(tmp) / "wheels")
+            wheels = fetch_with_dependencies(release(version), arch.manylinux, python, Path(tmp) / "wheels")
             site = Path(tmp) / "site"
             names = [w.name for w in wheels]
             for wheel in wheels:

@@ -14,6 +14,7 @@ from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_n
 from packaging.version import Version
 
 from ..errors import UsageError
+from ..variantsjson import LABEL
 
 if TYPE_CHECKING:
     from packaging.tags import Tag
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 SAFE_WHEEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*\.whl$")
 COMMIT_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 VARIANT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # an index tree such as cpu
-VARIANT_LABEL = re.compile(r"^[0-9a-z_.]{1,16}$")  # a PEP 825 wheel variant label
 # Index trees that are not commits: the moving nightly pointer.
 NIGHTLY = "nightly"
 
@@ -59,7 +59,7 @@ def parse_wheel_name(filename: str) -> WheelName:
     # PEP 825: name-version[-build]-python-abi-platform[-label]; a build tag starts with a digit
     if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):
         label = parts.pop()
-        if not VARIANT_LABEL.match(label):
+        if not LABEL.match(label):
             raise IndexInputError(f"{filename!r}: variant label {label!r} is not [0-9a-z_.]{{1,16}} (PEP 825)")
     try:
         project, version, build, tags = parse_wheel_filename("-".join(parts) + ".whl")

@@ -19,6 +19,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..variantsjson import VARIANT_JSON
 from .names import IndexInputError, WheelName, parse_wheel_name
 
 # Fixed timestamp for archive entries: the same input gives the same bytes.
@@ -102,7 +103,8 @@ def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
             if f"{dist_info}/{required}" not in names:
                 raise IndexInputError(f"{filename}: {dist_info}/{required} is missing")
         metadata = archive.read(f"{dist_info}/METADATA")
-        variant = _variant_json(filename, wheel, archive, f"{dist_info}/variant.json" in names, f"{dist_info}/variant.json")
+        member = f"{dist_info}/{VARIANT_JSON}"
+        variant = _variant_json(filename, wheel, archive, member in names, member)
     try:
         fields = metadata_fields(metadata)
     except IndexInputError as exc:

@@ -24,12 +24,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import UsageError
-from ..installlevels import NULL_LABEL, LevelScheme, install_levels
+from ..installlevels import LevelScheme, install_levels
 from ..matrix import Matrix
-from ..variantsjson import document, dump, index_file_name, merge_variant_documents
+from ..variantsjson import NULL_LABEL, VARIANT_JSON, document, dump, index_file_name, merge_variant_documents
 from . import wheelzip
-
-VARIANT_JSON = "variant.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,10 +61,10 @@ def variant_document(scheme: LevelScheme, labels: dict[str, str | None]) -> dict
     return document(namespace=scheme.namespace, feature=scheme.feature, provider=scheme.provider, labels=labels)
 
 
-def _derive(fat: Path, out: Path, plan: LevelWheel, document: dict[str, Any], epoch: int) -> Path:
-    contents = wheelzip.inspect(fat)
-    if contents.manifest is None or contents.manifest_dir is None:
-        raise UsageError(f"{fat.name} has no cpubuild manifest")
+def _derive(fat: Path, fat_entries: list[tuple[str, int, bytes]], contents: wheelzip.WheelContents, plan: LevelWheel,
+            document: dict[str, Any], epoch: int) -> Path:
+    """The level wheel `plan` from the fat wheel's entries (name, mode, data), written deterministically."""
+    assert contents.manifest is not None and contents.manifest_dir is not None
     dropped = {lib for name, lib in contents.variant_libraries.items() if name not in plan.variants}
     manifest = json.loads(json.dumps(contents.manifest))
     for entry in manifest["variants"]:
@@ -74,42 +72,29 @@ def _derive(fat: Path, out: Path, plan: LevelWheel, document: dict[str, Any], ep
             entry["built"] = False
     manifest["install_variant"] = {"label": plan.label, "properties": document["variants"][plan.label]}
     manifest_name = str(PurePosixPath(contents.manifest_dir) / wheelzip.MANIFEST_NAME)
-    target = out / f"{fat.name[: -len('.whl')]}-{plan.label}.whl"
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    with zipfile.ZipFile(fat) as src:
-        entries = [(i, src.read(i)) for i in src.infolist() if not i.is_dir() and i.filename not in dropped]
-    dist_info = next(i.filename.split("/")[0] for i, _ in entries if i.filename.endswith(".dist-info/RECORD"))
-    members: list[tuple[zipfile.ZipInfo, bytes]] = []
-    for info, data in entries:
-        if info.filename == f"{dist_info}/RECORD":
-            continue
-        if info.filename == manifest_name:
-            data = (json.dumps(manifest, indent=1) + "\n").encode()
-        members.append((info, data))
-    members.append((zipfile.ZipInfo(f"{dist_info}/{VARIANT_JSON}"), dump(document)))
+    dist_info = next(name.split("/")[0] for name, _, _ in fat_entries if name.endswith(".dist-info/RECORD"))
     record = f"{dist_info}/RECORD"
-    rows = [f"{i.filename},{wheelzip.record_hash(d)},{len(d)}" for i, d in members]
-    members.append((zipfile.ZipInfo(record), ("\n".join([*rows, f"{record},,"]) + "\n").encode()))
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst:
-            for info, data in members:
-                dst.writestr(info, data)
-        wheelzip.normalize(tmp, epoch)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    entries = [(name, mode, (json.dumps(manifest, indent=1) + "\n").encode() if name == manifest_name else data)
+               for name, mode, data in fat_entries if name not in dropped and name != record]
+    entries.append((f"{dist_info}/{VARIANT_JSON}", 0o644, dump(document)))
+    entries.append((record, 0o644, wheelzip.record_file(((name, data) for name, _, data in entries), record)))
+    target = fat.parent / f"{fat.name[: -len('.whl')]}-{plan.label}.whl"
+    wheelzip.write_wheel(target, entries, epoch)
     return target
 
 
 def make_variant_wheels(fat: Path, matrix: Matrix, arch: str, epoch: int) -> dict[str, Any]:
     """The variant wheels of a built fat wheel, next to it, and the wheelhouse's variants.json."""
     contents = wheelzip.inspect(fat)
+    if contents.manifest is None or contents.manifest_dir is None:
+        raise UsageError(f"{fat.name} has no cpubuild manifest")
     scheme, plans = plan_level_wheels(matrix, arch, contents.built_variants)
+    with zipfile.ZipFile(fat) as archive:  # read once, for every level wheel
+        fat_entries = [(i.filename, (i.external_attr >> 16) & 0o777, archive.read(i)) for i in archive.infolist() if not i.is_dir()]
     wheels = []
     for plan in plans:
         document = variant_document(scheme, {plan.label: plan.level})
-        path = _derive(fat, fat.parent, plan, document, epoch)
+        path = _derive(fat, fat_entries, contents, plan, document, epoch)
         wheels.append({"label": plan.label, "level": plan.level, "variants": list(plan.variants), "path": str(path),
                        "filename": path.name, "sha256": wheelzip.sha256_file(path), "size": path.stat().st_size})
     index_path = fat.parent / index_file_name(fat.name)
@@ -120,13 +105,3 @@ def make_variant_wheels(fat: Path, matrix: Matrix, arch: str, epoch: int) -> dic
     tmp.write_bytes(dump(merged))
     os.replace(tmp, index_path)
     return {"namespace": scheme.namespace, "wheels": wheels, "variants_json": str(index_path)}
-
-
-def read_variant_json(wheel: Path | zipfile.ZipFile) -> dict[str, Any] | None:
-    """A wheel's .dist-info/variant.json (None: not a variant wheel)."""
-    archive = wheel if isinstance(wheel, zipfile.ZipFile) else zipfile.ZipFile(wheel)
-    name = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(f".dist-info/{VARIANT_JSON}")), None)
-    document = json.loads(archive.read(name)) if name else None
-    if archive is not wheel:
-        archive.close()
-    return document

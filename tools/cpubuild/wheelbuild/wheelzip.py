@@ -17,6 +17,7 @@ import os
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -43,20 +44,25 @@ def zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
 def normalize(wheel: Path, epoch: int) -> None:
     """Re-zips `wheel` in place, deterministically (atomic replace)."""
     with zipfile.ZipFile(wheel) as src:
-        entries = [(info, src.read(info)) for info in src.infolist() if not info.is_dir()]
+        entries = [(i.filename, (i.external_attr >> 16) & 0o777, src.read(i)) for i in src.infolist() if not i.is_dir()]
+    write_wheel(wheel, entries, epoch)
+
+
+def write_wheel(path: Path, entries: list[tuple[str, int, bytes]], epoch: int) -> None:
+    """Writes (name, mode, data) entries as a wheel whose bytes depend only on them (atomic
+    replace): sorted, one timestamp, modes reduced to 0644/0755, one compression level."""
     stamp = zip_time(epoch)
-    fd, tmp = tempfile.mkstemp(dir=wheel.parent, prefix=f".{wheel.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESSION_LEVEL) as dst:
-            for info, data in sorted(entries, key=lambda e: entry_order(e[0].filename)):
-                mode = (info.external_attr >> 16) & 0o777
-                out = zipfile.ZipInfo(info.filename, date_time=stamp)
+            for name, mode, data in sorted(entries, key=lambda e: entry_order(e[0])):
+                out = zipfile.ZipInfo(name, date_time=stamp)
                 out.external_attr = (0o100000 | (0o755 if mode & 0o111 else 0o644)) << 16
                 out.create_system = 3
                 out.compress_type = zipfile.ZIP_DEFLATED
                 dst.writestr(out, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=COMPRESSION_LEVEL)
-        os.replace(tmp, wheel)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -96,8 +102,8 @@ def set_version(wheel: Path, version: str) -> Path:
                 data = _metadata_with_version(data.decode("utf-8"), version).encode("utf-8")
         renamed.append((name, attr, data))
     record = f"{dist}-{version}.dist-info/RECORD"
-    rows = [f"{name},{record_hash(data)},{len(data)}" for name, _, data in renamed if name != record]
-    renamed = [e for e in renamed if e[0] != record] + [(record, 0o644 << 16, ("\n".join([*rows, f"{record},,"]) + "\n").encode())]
+    renamed = [e for e in renamed if e[0] != record]
+    renamed.append((record, 0o644 << 16, record_file(((name, data) for name, _, data in renamed), record)))
     target = wheel.with_name(f"{dist}-{version}-{rest}.whl")
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as dst:
         for name, attr, data in renamed:
@@ -107,6 +113,12 @@ def set_version(wheel: Path, version: str) -> Path:
     if target != wheel:
         wheel.unlink()
     return target
+
+
+def record_file(members: Iterable[tuple[str, bytes]], record: str) -> bytes:
+    """RECORD's content for these (name, data) members, RECORD itself last."""
+    rows = [f"{name},{record_hash(data)},{len(data)}" for name, data in members]
+    return ("\n".join([*rows, f"{record},,"]) + "\n").encode()
 
 
 def sha256_file(path: Path) -> str:
