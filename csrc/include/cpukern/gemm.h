@@ -187,21 +187,27 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     if (!ap) return false;
 
     // 1. pack A (row panels, zero-padded rows and k); a thread wakes up for
-    // no less than ~64K elements
+    // no less than ~64K elements.
+    // Row by row: the groups wholly inside K are packed without a branch
+    // (this pass is a few percent of a large GEMM); the K tail and the rows
+    // past M go through a zero-padded copy.
     parallel_for(mpanels, ceil_div(int64_t(1) << 16, MR * (Kp > 0 ? Kp : 1)), [&](int64_t p0, int64_t p1) {
-        typename Kn::AIn tmp[Kn::kAkg];
+        using AIn = typename Kn::AIn;
+        AIn tmp[Kn::kAkg];
+        const int64_t whole = K / Kn::kAkg;
         for (int64_t p = p0; p < p1; ++p) {
             APack* dst = ap + p * apanel;
-            for (int64_t g = 0; g < agroups; ++g) {
-                for (int r = 0; r < MR; ++r) {
-                    const int64_t m = p * MR + r, k0 = g * Kn::kAkg;
-                    const typename Kn::AIn* src = a + m * lda + k0;
-                    if (m >= M || k0 + Kn::kAkg > K) {
-                        std::memset(tmp, 0, sizeof tmp);
-                        if (m < M && k0 < K) std::memcpy(tmp, src, sizeof(tmp[0]) * size_t(K - k0));
-                        src = tmp;
-                    }
-                    Kn::pack_a(src, dst + (g * MR + r) * Kn::APER);
+            for (int r = 0; r < MR; ++r) {
+                const int64_t m = p * MR + r;
+                const AIn* src = a + m * lda;
+                int64_t g = 0;
+                if (m < M)
+                    for (; g < whole; ++g) Kn::pack_a(src + g * Kn::kAkg, dst + (g * MR + r) * Kn::APER);
+                for (; g < agroups; ++g) {
+                    const int64_t k0 = g * Kn::kAkg;
+                    std::memset(tmp, 0, sizeof tmp);
+                    if (m < M && k0 < K) std::memcpy(tmp, src + k0, sizeof(tmp[0]) * size_t(K - k0));
+                    Kn::pack_a(tmp, dst + (g * MR + r) * Kn::APER);
                 }
             }
         }
@@ -216,8 +222,13 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     // microseconds, far more on a loaded machine)
     const int64_t item_flops = 2 * bl.mc * bl.nc * (Kp > 0 ? Kp : 1);
     const int64_t grain = ceil_div(int64_t(4) << 20, item_flops);
+    // items are handed out one at a time: on a shared (virtual) machine one
+    // stalled thread must not hold up a fixed half of the blocks
+    const int64_t items = mblocks * nblocks;
+    const int64_t workers = ceil_div(items, grain) < num_threads() ? ceil_div(items, grain) : num_threads();
+    std::atomic<int64_t> next{0};
     std::atomic<bool> ok{true};
-    parallel_for(mblocks * nblocks, grain, [&](int64_t i0, int64_t i1) {
+    parallel_for(workers, 1, [&](int64_t, int64_t) {
         Acc* c = static_cast<Acc*>(c_scratch().get(size_t(bl.mc * bl.nc) * sizeof(Acc)));
         if (!c) {
             ok.store(false);
@@ -232,7 +243,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
             }
         }
         Kn::begin();
-        for (int64_t item = i0; item < i1; ++item) {
+        for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
             const int64_t nb = item / mblocks, mblk = item % mblocks;
             const int64_t m0 = mblk * bl.mc, n0 = nb * bl.nc;
             const int64_t rows = M - m0 < bl.mc ? M - m0 : bl.mc;

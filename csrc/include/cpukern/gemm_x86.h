@@ -22,7 +22,7 @@ struct Dpbf16 {
     using APack = uint32_t;  // a[k] | a[k+1] << 16
     using Acc = float;
     static constexpr int MR = 8, NR = 32, KG = 2, kAkg = 2, APER = 1;
-    static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 256;
+    static constexpr int64_t kMcTarget = 256, kNcTarget = 256, kKcTarget = 256;
     static constexpr bool kOffsetA = false;
     static constexpr const char* kName = "vdpbf16ps";
 
@@ -65,7 +65,7 @@ struct Vnni {
     using APack = uint32_t;  // four (a + 128) bytes, k order
     using Acc = int32_t;
     static constexpr int MR = 8, NR = 32, KG = 4, kAkg = 4, APER = 1;
-    static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 512;
+    static constexpr int64_t kMcTarget = 256, kNcTarget = 256, kKcTarget = 512;
     static constexpr bool kOffsetA = true;
     static constexpr const char* kName = "vpdpbusd";
 
