@@ -7,14 +7,17 @@ release workflow rendered for a project in a sub-directory."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import stat
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import REPO, require_tool, run
+from cpubuild.matrix import load_matrix
 from public_cpubuild import PublicCpubuild, public_cpubuild  # noqa: F401 - the fixture
 
 DOTLIB = REPO / "examples" / "dotlib"
@@ -116,6 +119,22 @@ def test_bench_without_a_declared_benchmark(public_cpubuild: PublicCpubuild, tmp
     pyproject.write_text(pyproject.read_text().replace(declared, ""))
     proc = public_cpubuild.cli("bench", "--project", str(root), cwd=tmp_path, check=False)
     one_line_error(proc, 2, str(pyproject), "declares no benchmark", "benchmark =")
+
+
+def test_the_amx_harness_without_a_baremetal_table(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    """dotlib declares no GEMM C ABI for the bare-metal harness: one line naming the table, before any build."""
+    root = project_copy(tmp_path)
+    matrix = load_matrix(root / "isa_matrix.toml")
+    built = [v.name for v in matrix.variants_for("x86_64")]
+    manifest = matrix.manifest("x86_64", built, "_dotlib_{variant}.so", probe="probe",
+                               project={"package": "dotlib", "env_prefix": "DOTLIB"})
+    wheel = tmp_path / "dotlib-0.1.0-py3-none-linux_x86_64.whl"  # the manifest is all `test` reads before the harness
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("dotlib/_manifest.json", json.dumps(manifest))
+    proc = public_cpubuild.cli("test", "--arch", "x86_64", "--cpu", "bochs:sapphire_rapids", str(wheel),
+                               "--project", str(root), cwd=tmp_path, check=False)
+    one_line_error(proc, 2, str(root / "pyproject.toml"), "[tool.cpubuild.baremetal]", "missing", "abi-prefix", "docs/amx.md")
+    assert not (root / "build").exists()
 
 
 def test_cpukern_benchmark_without_ml_dtypes_is_one_line() -> None:

@@ -10,6 +10,10 @@ library only: the CMake bridge reads it inside isolated builds.
     kind = "ctypes"                 # how variant libraries are loaded: ctypes, or torch (torch.ops libraries)
     selftest = "dotlib.selftest"    # `python -m <this> --json` checks a build (default: the report only)
     benchmark = "benchmarks/bench.py"  # `python <this> --variants a,b --json` times them (default: none)
+
+Sub-tables: [tool.cpubuild.wheel] (wheelbuild.options), [tool.cpubuild.ci]
+(commands.ci), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare
+metal under Bochs 3.0).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ PACKAGE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PREFIX_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
 MODULE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Sub-tables other modules own (each validates its own keys).
-SUB_TABLES = ("wheel", "ci")
+SUB_TABLES = ("wheel", "ci", "baremetal")
 KEYS = ("package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", *SUB_TABLES)
 DOCS = "docs/project.md"
 
@@ -80,7 +84,7 @@ class ProjectConfig:
     benchmark: Command | None
     source: Path | None  # the package's source directory, when declared
     static_version: str | None  # [project] version, when not dynamic
-    tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci)
+    tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci, baremetal)
 
     @property
     def root(self) -> Path:

@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from ..contract import ContractError
 from ..emulate.rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
 from ..emulate.torchsite import check_host_torch, ensure_torch_site
 from ..errors import EmulatedTestError, ToolMissingError, UsageError
@@ -384,19 +385,21 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
     from ..emulate import amx
     from ..matrix import load_matrix
 
-    variants = [forced] if forced else list(amx.VARIANTS)
-    for name in variants:
-        if name not in amx.VARIANTS:
-            raise UsageError(f"--isa {name}: the Bochs 3.0 harness runs {' and '.join(amx.VARIANTS)} only")
-        if name not in target.variants:
-            raise UsageError(f"{wheel.name} does not hold variant {name!r} (built: {', '.join(target.variants)})")
     project = find_project(project_dir)
     matrix = load_matrix(project.matrix_path)
+    try:
+        harness = amx.harness_config(project.config, matrix)
+    except ContractError as exc:
+        raise UsageError(str(exc)) from None
+    variants = [forced] if forced else list(harness.variants)
+    for name in variants:
+        if name not in target.variants:
+            raise UsageError(f"{wheel.name} does not hold variant {name!r} (built: {', '.join(target.variants)})")
     say(f"{arch.name} under Bochs 3.0 {cpu} (bare metal: the project's GEMM, no OS)")
     say(f"wheel: {wheel.name} (variants {', '.join(variants)} checked against {project.root})")
     # test-only: proves a wrong packing is caught (tests/test_bochs_amx.py)
     corrupt = os.environ.get(amx.CORRUPT_ENV) == "1"
-    run = amx.run_harness(project.root, matrix, variants=variants, corrupt_packing=corrupt, log=say)
+    run = amx.run_harness(harness, matrix, variants=variants, corrupt_packing=corrupt, log=say)
     problems: list[str] = []
     for vr in run.runs:
         for kat in vr.kats:
@@ -415,7 +418,7 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
 @click.option("--arch", "arch_name", required=True, help="Target arch (x86_64, aarch64, s390x or an alias).")
 @click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell; "
               "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs; "
-              "bochs:sapphire_rapids runs the project's amx and avx512bf16 GEMM bare metal under Bochs 3.0 (docs/amx.md).")
+              "bochs:sapphire_rapids runs the project's GEMM C ABI ([tool.cpubuild.baremetal]) bare metal under Bochs 3.0 (docs/amx.md).")
 @click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--isa", "forced", default=None, help="Force a variant (<PREFIX>_ISA) inside the emulated run.")
 @click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant; 'auto': the best one the "

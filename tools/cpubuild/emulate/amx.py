@@ -2,11 +2,11 @@
 
 No host, QEMU or Bochs 2.7 executes AMX, and a Linux guest cannot use it in
 Bochs 3.0 (Linux enables AMX only with XFD, which Bochs lacks). So the
-`amx` variant's GEMM - the project's own ``csrc/kernels/gemm.cpp`` with its
-headers, compiled with the variant's flags from the matrix (the same source
-and flags the wheel compiles, plus freestanding options) - is linked with a
-tiny runtime (baremetal/: boot sector, long-mode entry, COM1, memcpy & co, a
-serial ``cpukern::parallel_for_raw``) into a bootable disk image. Bochs 3.0's
+`amx` variant's GEMM - the project's own sources named in
+``[tool.cpubuild.baremetal]``, compiled with the variant's flags from the
+matrix (the same sources and flags the wheel compiles, plus freestanding
+options) - is linked with a tiny runtime (baremetal/: boot sector, long-mode
+entry, COM1, memcpy & co) into a bootable disk image. Bochs 3.0's
 `sapphire_rapids` model boots it, the image runs the cases of an input blob
 made here (deterministic, seeded) through the GEMM C ABI and writes the raw
 results to COM1; this module compares them with a scalar reference computed
@@ -18,11 +18,16 @@ image, so an emulator bug is never reported as ours):
     The GEMM code does not use it (checked in the object code: the count is
     reported); the bf16-output epilogue uses ``vcvtneps2bf16``.
   * ``tdpbssd`` multiplies the bytes as unsigned (so do ``tdpbsud`` and
-    ``tdpbusd``, whichever the checks find). The amx int8 kernel uses
-    ``tdpbssd``, so its cases from M >= kLargeM use the labelled input set
-    ``int8-nonneg`` (bytes in [0, 127], where signed and unsigned products
-    agree); full-range signed int8 through AMX is run too and judged only when
-    the known-answer check finds ``tdpbssd`` correct.
+    ``tdpbusd``, whichever the checks find). So every int8 shape runs twice:
+    with the labelled input set ``int8-nonneg`` (bytes in [0, 127], where
+    signed and unsigned products agree), always judged, and with full-range
+    ``int8-signed``, judged unless it is wrong while the project's object
+    code holds an int8 tile instruction the checks found wrong.
+
+The project's side (docs/amx.md): a C ABI ``<abi-prefix>_packed_bytes``,
+``_pack_b``, ``_bf16``, ``_w8a8`` and ``_kernel`` in ``sources`` that build
+freestanding (no threads, no OS: a serial stand-in for a thread pool is one
+more source).
 """
 
 from __future__ import annotations
@@ -40,19 +45,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import BuildFailedError, ToolMissingError, UsageError
+from ..contract import ContractError, ProjectConfig
+from ..errors import BuildFailedError, ToolMissingError
 from ..matrix import Matrix
 from .bochs3 import Bochs3, ensure_bochs3, run_image
 
 Log = Callable[[str], None]
 
 MODEL = "sapphire_rapids"
-VARIANTS = ("amx", "avx512bf16")  # built and run, in this order
+AMX_FEATURES = frozenset({"amx_tile", "amx_bf16", "amx_int8"})
 KIND_BF16, KIND_INT8 = 0, 1
-LARGE_M = 32  # gemm.cpp's kLargeM for the amx variant: AMX tiles from this many rows
 EXPECTED_XCR0 = 0x602E7
-# The project's own compile options (cpukern's CMakeLists COMPILE_OPTIONS, warnings aside).
-PROJECT_OPTIONS = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-std=c++17")
 FREESTANDING = (
     "-ffreestanding", "-fno-exceptions", "-fno-rtti", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables",
     "-fno-stack-protector", "-fno-pic", "-fno-pie", "-mno-red-zone", "-fno-threadsafe-statics",
@@ -60,12 +63,74 @@ FREESTANDING = (
 )
 CORRUPT_DEFINE = "-DCPUBUILD_HARNESS_CORRUPT_PACKING=1"
 CORRUPT_ENV = "CPUBUILD_HARNESS_CORRUPT_PACKING"  # =1: `cpubuild test` builds the corrupting image (tests only)
-# The project's sources the harness compiles (its GEMM C ABI: cpukern_gemm_*).
-GEMM_SOURCE = Path("csrc/kernels/gemm.cpp")
-GEMM_INCLUDE = Path("csrc/include")
 MARK = "@@h"
 DISK_UNIT = 16 * 63 * 512  # one cylinder of the flat disk's geometry
 INT8_KATS = ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
+TABLE = "[tool.cpubuild.baremetal]"
+C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ------------------------------------------------------------------ the project's side
+
+
+@dataclass(frozen=True, kw_only=True)
+class HarnessConfig:
+    """[tool.cpubuild.baremetal]: what the harness compiles of the project."""
+
+    abi_prefix: str  # the GEMM C ABI: <prefix>_packed_bytes, _pack_b, _bf16, _w8a8, _kernel
+    sources: tuple[Path, ...]  # absolute
+    include_dirs: tuple[Path, ...]
+    compile_options: tuple[str, ...]  # the project's own (its CMake COMPILE_OPTIONS, warnings aside)
+    variants: tuple[str, ...]  # run by default, in this order
+
+
+KEYS = ("abi-prefix", "sources", "include-dirs", "compile-options", "variants")
+
+
+def _strings(config: ProjectConfig, table: dict[str, Any], key: str, *, required: bool = False) -> tuple[str, ...]:
+    value = table.get(key)
+    if value is None and not required:
+        return ()
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ContractError(config.pyproject, f"{TABLE} {key}", "must be a non-empty list of strings")
+    return tuple(value)
+
+
+def harness_config(config: ProjectConfig, matrix: Matrix) -> HarnessConfig:
+    """Validates the project's [tool.cpubuild.baremetal] table against its files and matrix."""
+    table = config.tables.get("baremetal") or {}
+    if not table:
+        raise ContractError(config.pyproject, TABLE, "missing: the bare-metal harness runs the GEMM C ABI the project "
+                            "names there (abi-prefix, sources), see docs/amx.md")
+    for key in table:
+        if key not in KEYS:
+            raise ContractError(config.pyproject, f"{TABLE} {key}", f"unknown key (known: {', '.join(KEYS)})")
+    prefix = table.get("abi-prefix")
+    if not isinstance(prefix, str) or not C_IDENTIFIER.match(prefix):
+        raise ContractError(config.pyproject, f"{TABLE} abi-prefix", "must be a C identifier (the GEMM C ABI's "
+                            "prefix: <prefix>_pack_b, _bf16, _w8a8, _packed_bytes, _kernel)")
+    root = config.root
+    sources = tuple(root / s for s in _strings(config, table, "sources", required=True))
+    for src in sources:
+        if not src.is_file():
+            raise ContractError(config.pyproject, f"{TABLE} sources", f"{src.relative_to(root)} does not exist")
+    includes = tuple(root / d for d in _strings(config, table, "include-dirs"))
+    for inc in includes:
+        if not inc.is_dir():
+            raise ContractError(config.pyproject, f"{TABLE} include-dirs", f"{inc.relative_to(root)} is not a directory")
+    x86 = [v.name for v in reversed(matrix.variants_for("x86_64"))]  # highest priority first
+    amx = [v.name for v in reversed(matrix.variants_for("x86_64")) if AMX_FEATURES & set(v.requires)]
+    variants = _strings(config, table, "variants") or tuple(amx)
+    matrix_name = Path(matrix.path).name
+    for name in variants:
+        if name not in x86:
+            raise ContractError(config.pyproject, f"{TABLE} variants", f"{name!r} is no x86_64 variant of "
+                                f"{matrix_name} (x86_64: {', '.join(x86) or 'none'})")
+    if not variants:
+        raise ContractError(config.pyproject, f"{TABLE} variants", f"{matrix_name} has no x86_64 variant that "
+                            "requires AMX: name the variants to run")
+    return HarnessConfig(abi_prefix=prefix, sources=sources, include_dirs=includes,
+                         compile_options=_strings(config, table, "compile-options"), variants=variants)
 
 
 # ------------------------------------------------------------------ cases
@@ -111,10 +176,7 @@ def make_cases(seed: int = 14) -> list[Case]:
                           b=tuple(_bf16_value(rng) for _ in range(k * n)),
                           bf16_out=i == 4, transposed_b=i == 2))
     for i, (m, n, k) in enumerate(SHAPES):
-        sets = ["int8-nonneg"] if m >= LARGE_M else ["int8-signed"]
-        if (m, n, k) == (45, 47, 200):
-            sets.append("int8-signed")  # full range through AMX: judged only if tdpbssd is right
-        for inputs in sets:
+        for inputs in ("int8-nonneg", "int8-signed"):  # see the module's docstring
             lo = 0 if inputs == "int8-nonneg" else -128
             cases.append(Case(kind=KIND_INT8, m=m, n=n, k=k, inputs=inputs,
                               a=tuple(rng.randrange(lo, 128) for _ in range(m * k)),
@@ -179,12 +241,12 @@ class CaseResult:
     note: str = ""
 
 
-def judge_case(c: Case, values: Sequence[int], kernel: str, *, tdpbssd_ok: bool) -> CaseResult:
-    """Compares the guest's raw output words with the host reference."""
-    amx_int8 = c.kind == KIND_INT8 and kernel.startswith("amx")
-    judged, note = True, ""
-    if amx_int8 and c.inputs == "int8-signed" and not tdpbssd_ok:
-        judged, note = False, "not judged: Bochs 3.0's tdpbssd multiplies bytes as unsigned (known-answer check)"
+def judge_case(c: Case, values: Sequence[int], kernel: str, *, int8_tile_bugs: Sequence[str] = ()) -> CaseResult:
+    """Compares the guest's raw output words with the host reference.
+
+    `int8_tile_bugs`: int8 tile instructions in the project's object code that
+    the known-answer checks found wrong; a wrong ``int8-signed`` answer is then
+    not judged (its ``int8-nonneg`` twin is)."""
     bad, worst, worst_ratio = 0, "", -1.0
     for m in range(c.m):
         arow = c.a[m * c.k:(m + 1) * c.k]
@@ -211,6 +273,10 @@ def judge_case(c: Case, values: Sequence[int], kernel: str, *, tdpbssd_ok: bool)
                 bad += 1
             if ratio > worst_ratio:
                 worst_ratio, worst = ratio, f"[{m},{n}] got {got!r} want {want!r}"
+    judged, note = True, ""
+    if bad and c.inputs == "int8-signed" and int8_tile_bugs:
+        judged, note = False, (f"not judged: the code uses {', '.join(int8_tile_bugs)}, which Bochs 3.0 gets wrong "
+                               "(known-answer check); the int8-nonneg case of this shape is judged")
     return CaseResult(case=c.name, kernel=kernel, inputs=c.inputs, judged=judged, ok=bad == 0 or not judged,
                       mismatches=bad, worst=worst, worst_ratio=worst_ratio, note=note)
 
@@ -326,26 +392,25 @@ class Image:
     variant: str
     disk: Path
     flags: tuple[str, ...]
-    cvtne2_in_gemm: int  # vcvtne2ps2bf16 instructions in the project's GEMM object code
-    amx_in_gemm: int  # tdpbf16ps / tdpbssd in it
+    cvtne2_in_gemm: int  # vcvtne2ps2bf16 instructions in the project's object code
+    amx_in_gemm: int  # tile products (tdp*) in it
+    int8_tiles_in_gemm: tuple[str, ...]  # which int8 tile products it holds
 
 
-def build_image(root: Path, matrix: Matrix, variant: str, cases: Sequence[Case], work: Path, *,
+def build_image(harness: HarnessConfig, matrix: Matrix, variant: str, cases: Sequence[Case], work: Path, *,
                 corrupt_packing: bool = False) -> Image:
-    """Compiles the project's GEMM with `variant`'s matrix flags and links the bootable image."""
+    """Compiles the project's sources with `variant`'s matrix flags and links the bootable image."""
     cxx, objcopy, objdump = _tool("g++"), _tool("objcopy"), _tool("objdump")
-    source, include = root / GEMM_SOURCE, root / GEMM_INCLUDE
-    if not source.is_file() or not include.is_dir():
-        raise UsageError(f"{root} has no {GEMM_SOURCE} / {GEMM_INCLUDE}: the AMX harness runs a project's "
-                         "GEMM C ABI (cpukern_gemm_*) from there")
     flags = matrix.variant("x86_64", variant).flags_for("gcc")
-    common = [*flags, *PROJECT_OPTIONS, *FREESTANDING, *([CORRUPT_DEFINE] if corrupt_packing else [])]
+    common = [*flags, *harness.compile_options, *FREESTANDING, *([CORRUPT_DEFINE] if corrupt_packing else [])]
+    includes = [f"-I{d}" for d in harness.include_dirs]
     src = _source_dir()
     work.mkdir(parents=True, exist_ok=True)
     (work / "cases.bin").write_bytes(case_blob(cases))
     (work / "cases.S").write_text('.section .rodata\n.balign 64\n.globl harness_cases\nharness_cases:\n'
                                   f'.incbin "{work / "cases.bin"}"\n.section .note.GNU-stack, "", @progbits\n')
-    objs = {"gemm.o": [str(source), f"-I{include}"], "driver.o": [str(src / "gemm_driver.cpp"), f"-I{src}"],
+    project = {f"project{i}.o": [str(path), *includes] for i, path in enumerate(harness.sources)}
+    objs = {**project, "driver.o": [str(src / "gemm_driver.cpp"), f"-I{src}", f"-DCPUBUILD_GEMM_PREFIX={harness.abi_prefix}"],
             "rt.o": [str(src / "rt.cpp"), f"-I{src}"]}
     for obj, args in objs.items():
         _run([cxx, *common, "-c", *args, "-o", str(work / obj)], f"compiling {Path(args[0]).name} for {variant}")
@@ -355,17 +420,18 @@ def build_image(root: Path, matrix: Matrix, variant: str, cases: Sequence[Case],
     elf = work / "image.elf"
     _run([cxx, "-nostdlib", "-static", "-no-pie", f"-Wl,-T,{src / 'link.ld'}", "-Wl,--gc-sections",
           "-Wl,--build-id=none", "-Wl,-z,noexecstack",
-          *(str(work / o) for o in ("boot.o", "rt.o", "driver.o", "gemm.o", "cases.o")), "-lgcc", "-o", str(elf)],
+          *(str(work / o) for o in ("boot.o", "rt.o", "driver.o", *project, "cases.o")), "-lgcc", "-o", str(elf)],
          f"linking the {variant} image")
     disk = work / "disk.img"
     _run([objcopy, "-O", "binary", str(elf), str(disk)], "objcopy")
     size = disk.stat().st_size
     with open(disk, "ab") as handle:
         handle.write(b"\0" * (-size % DISK_UNIT))
-    asm_text = _run([objdump, "-d", "--no-show-raw-insn", str(work / "gemm.o")], "objdump")
+    asm_text = _run([objdump, "-d", "--no-show-raw-insn", *(str(work / o) for o in project)], "objdump")
     return Image(variant=variant, disk=disk, flags=tuple(flags),
                  cvtne2_in_gemm=len(re.findall(r"\bvcvtne2ps2bf16\b", asm_text)),
-                 amx_in_gemm=len(re.findall(r"\b(tdpbf16ps|tdpbssd)\b", asm_text)))
+                 amx_in_gemm=len(re.findall(r"\btdp\w+\b", asm_text)),
+                 int8_tiles_in_gemm=tuple(k for k in INT8_KATS if re.search(rf"\b{k}\b", asm_text)))
 
 
 # ------------------------------------------------------------------ run
@@ -449,10 +515,10 @@ class HarnessRun:
                 "variants": [r.to_json() for r in self.runs]}
 
 
-def run_variant(bochs: Bochs3, root: Path, matrix: Matrix, variant: str, cases: Sequence[Case], *,
+def run_variant(bochs: Bochs3, harness: HarnessConfig, matrix: Matrix, variant: str, cases: Sequence[Case], *,
                 corrupt_packing: bool = False, timeout: float = 300) -> VariantRun:
     with tempfile.TemporaryDirectory(prefix=f"cpubuild-amx-{variant}-") as tmp:
-        image = build_image(root, matrix, variant, cases, Path(tmp), corrupt_packing=corrupt_packing)
+        image = build_image(harness, matrix, variant, cases, Path(tmp), corrupt_packing=corrupt_packing)
         run = run_image(bochs, image.disk, model=MODEL, end_marker=f"{MARK} end", timeout=timeout)
     out = parse_com1(run.serial)
     problems: list[str] = []
@@ -462,7 +528,8 @@ def run_variant(bochs: Bochs3, root: Path, matrix: Matrix, variant: str, cases: 
         problems.append(f"XCR0 in the guest is {out.xcr0:#x}, not {EXPECTED_XCR0:#x}" if out.xcr0 is not None
                         else "the guest reported no XCR0")
     kats = judge_kats(out.kats)
-    tdpbssd_ok = any(k.name == "tdpbssd" and k.ok for k in kats)
+    wrong = {k.name for k in kats if not k.ok}
+    int8_tile_bugs = [name for name in image.int8_tiles_in_gemm if name in wrong]
     for k in kats:  # bugs of Bochs are findings, not failures - except in what the GEMM relies on
         if not k.ok and k.name in ("vcvtneps2bf16", "vdpbf16ps", "tdpbf16ps"):
             problems.append(f"known-answer check {k.name}: {k.finding}")
@@ -473,7 +540,7 @@ def run_variant(bochs: Bochs3, root: Path, matrix: Matrix, variant: str, cases: 
         if status != 0 or len(words) != c.m * c.n:
             problems.append(f"{c.name}: status {status}, {len(words)} of {c.m * c.n} values")
             continue
-        res = judge_case(c, words, kernel, tdpbssd_ok=tdpbssd_ok)
+        res = judge_case(c, words, kernel, int8_tile_bugs=int8_tile_bugs)
         if c.bf16_out and image.cvtne2_in_gemm and not any(k.name == "vcvtne2ps2bf16" and k.ok for k in kats):
             res = CaseResult(**{**vars(res), "judged": False, "ok": True,
                                 "note": "not judged: the GEMM code uses vcvtne2ps2bf16 (Bochs bug)"})
@@ -485,14 +552,16 @@ def run_variant(bochs: Bochs3, root: Path, matrix: Matrix, variant: str, cases: 
                       flags=image.flags)
 
 
-def run_harness(root: Path, matrix: Matrix, *, variants: Sequence[str] = VARIANTS, corrupt_packing: bool = False,
-                cache: Path | None = None, log: Log = print) -> HarnessRun:
-    """Builds and runs each variant's GEMM image under Bochs 3.0 `sapphire_rapids`."""
+def run_harness(harness: HarnessConfig, matrix: Matrix, *, variants: Sequence[str] | None = None,
+                corrupt_packing: bool = False, cache: Path | None = None, log: Log = print) -> HarnessRun:
+    """Builds and runs each variant's GEMM image under Bochs 3.0 `sapphire_rapids`
+    (default: the variants the project names)."""
+    variants = harness.variants if variants is None else variants
     bochs = ensure_bochs3(cache, log)
     cases = make_cases()
-    harness = HarnessRun(model=MODEL, bochs_version=bochs.version)
+    run = HarnessRun(model=MODEL, bochs_version=bochs.version)
     for variant in variants:
         log(f"amx harness: {variant} GEMM, {len(cases)} cases, bare metal under Bochs {bochs.version} {MODEL}"
             + (" (packing deliberately corrupted)" if corrupt_packing else ""))
-        harness.runs.append(run_variant(bochs, root, matrix, variant, cases, corrupt_packing=corrupt_packing))
-    return harness
+        run.runs.append(run_variant(bochs, harness, matrix, variant, cases, corrupt_packing=corrupt_packing))
+    return run

@@ -1,9 +1,10 @@
 // The GEMM driver of the bare-metal harness (cpubuild.emulate.amx): runs
 // known-answer checks of single instructions, then every case of the input
-// blob through the project's GEMM C ABI (cpukern_gemm_pack_b / _bf16 / _w8a8,
-// compiled from the project's own csrc/kernels/gemm.cpp with the variant's
-// flags) and writes the raw results to COM1 as hex; the host compares them
-// with its reference. No kernel code here.
+// blob through the project's GEMM C ABI (<prefix>_packed_bytes / _pack_b /
+// _bf16 / _w8a8 / _kernel, prefix from [tool.cpubuild.baremetal] abi-prefix,
+// compiled from the project's sources with the variant's flags) and writes the
+// raw results to COM1 as hex; the host compares them with its reference. No
+// kernel code here.
 #include <cstdint>
 
 #include "rt.h"
@@ -12,13 +13,20 @@
 #include <immintrin.h>
 #endif
 
+#ifndef CPUBUILD_GEMM_PREFIX
+#error "build with -DCPUBUILD_GEMM_PREFIX=<the project's GEMM C ABI prefix>"
+#endif
+#define CPUBUILD_CAT2(a, b) a##_##b
+#define CPUBUILD_CAT(a, b) CPUBUILD_CAT2(a, b)
+#define GEMM(name) CPUBUILD_CAT(CPUBUILD_GEMM_PREFIX, name)
+
 extern "C" {
-const char* cpukern_gemm_kernel(int32_t kind, int64_t M);
-int64_t cpukern_gemm_packed_bytes(int32_t kind, int64_t K, int64_t N);
-int32_t cpukern_gemm_pack_b(int32_t kind, const void* b, int64_t K, int64_t N, int64_t sk, int64_t sn, void* dst);
-int32_t cpukern_gemm_bf16(const void* a, int64_t lda, const void* packed, int64_t M, int64_t N, int64_t K, void* out,
+const char* GEMM(kernel)(int32_t kind, int64_t M);
+int64_t GEMM(packed_bytes)(int32_t kind, int64_t K, int64_t N);
+int32_t GEMM(pack_b)(int32_t kind, const void* b, int64_t K, int64_t N, int64_t sk, int64_t sn, void* dst);
+int32_t GEMM(bf16)(const void* a, int64_t lda, const void* packed, int64_t M, int64_t N, int64_t K, void* out,
                           int64_t ldo, int32_t out_dtype);
-int32_t cpukern_gemm_w8a8(const void* a, int64_t lda, const float* a_scale, const void* packed, const float* b_scale,
+int32_t GEMM(w8a8)(const void* a, int64_t lda, const float* a_scale, const void* packed, const float* b_scale,
                           int64_t M, int64_t N, int64_t K, void* out, int64_t ldo, int32_t out_dtype);
 extern const unsigned char harness_cases[];
 }
@@ -142,9 +150,9 @@ void run_case(int index, const unsigned char* blob, const CaseHeader& h) {
     const int64_t M = h.m, N = h.n, K = h.k;
     const bool transposed = h.flags & kFlagTransposedB, bf16_out = h.flags & kFlagBf16Out;
     const int64_t sk = transposed ? 1 : N, sn = transposed ? K : 1;
-    const int64_t bytes = cpukern_gemm_packed_bytes(int32_t(h.kind), K, N);
+    const int64_t bytes = GEMM(packed_bytes)(int32_t(h.kind), K, N);
     unsigned char* packed = static_cast<unsigned char*>(rt_alloc(size_t(bytes), 64));
-    int32_t status = cpukern_gemm_pack_b(int32_t(h.kind), blob + h.b_off, K, N, sk, sn, packed);
+    int32_t status = GEMM(pack_b)(int32_t(h.kind), blob + h.b_off, K, N, sk, sn, packed);
 #if defined(CPUBUILD_HARNESS_CORRUPT_PACKING)
     // test-only: swap the first two lanes (columns 0 and 1 of the first k group)
     for (int i = 0; i < 4 && bytes >= 8; ++i) {
@@ -155,9 +163,9 @@ void run_case(int index, const unsigned char* blob, const CaseHeader& h) {
 #endif
     void* out = rt_alloc(size_t(M * N * 4), 64);
     if (status == 0 && h.kind == 0)
-        status = cpukern_gemm_bf16(blob + h.a_off, K, packed, M, N, K, out, N, bf16_out ? 1 : 0);
+        status = GEMM(bf16)(blob + h.a_off, K, packed, M, N, K, out, N, bf16_out ? 1 : 0);
     else if (status == 0)
-        status = cpukern_gemm_w8a8(blob + h.a_off, K, reinterpret_cast<const float*>(blob + h.a_scale_off), packed,
+        status = GEMM(w8a8)(blob + h.a_off, K, reinterpret_cast<const float*>(blob + h.a_scale_off), packed,
                                    reinterpret_cast<const float*>(blob + h.b_scale_off), M, N, K, out, N,
                                    bf16_out ? 1 : 0);
     rt_puts("@@h case ");
@@ -165,7 +173,7 @@ void run_case(int index, const unsigned char* blob, const CaseHeader& h) {
     rt_puts(" status=");
     rt_hex(uint64_t(uint32_t(status)), 8);
     rt_puts(" kernel=");
-    rt_puts(cpukern_gemm_kernel(int32_t(h.kind), M));
+    rt_puts(GEMM(kernel)(int32_t(h.kind), M));
     rt_putc('\n');
     if (status == 0) words(out, M * N, bf16_out ? 2 : 4);
 }

@@ -2,8 +2,9 @@
 // C library functions compiled code calls (memcpy, memset, posix_memalign ...),
 // static TLS for the main "thread" (x86-64 variant II: the block right below
 // the thread pointer, %fs:0 holding the pointer itself), constructors, an IDT
-// that reports exceptions, a serial cpukern::parallel_for_raw, and the end of
-// the simulation (the string "Shutdown" written to port 0x8900).
+// that reports exceptions, and the end of the simulation (the string
+// "Shutdown" written to port 0x8900). Whatever else the project's code needs
+// (a serial thread pool) comes from the project's [tool.cpubuild.baremetal] sources.
 #include <cstddef>
 #include <cstdint>
 
@@ -172,12 +173,3 @@ void rt_start() {
     rt_shutdown();
 }
 }  // extern "C"
-
-// ------------------------------------------------------------ cpukern's thread pool, serial
-namespace cpukern {
-using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
-void parallel_for_raw(int64_t n, int64_t, RangeFn fn, void* ctx) {
-    if (n > 0) fn(ctx, 0, n);
-}
-int num_threads() { return 1; }
-}  // namespace cpukern
