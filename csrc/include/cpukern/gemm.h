@@ -222,13 +222,13 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     // microseconds, far more on a loaded machine)
     const int64_t item_flops = 2 * bl.mc * bl.nc * (Kp > 0 ? Kp : 1);
     const int64_t grain = ceil_div(int64_t(4) << 20, item_flops);
-    // items are handed out one at a time: on a shared (virtual) machine one
-    // stalled thread must not hold up a fixed half of the blocks
+    // parallel_for decides how many threads run (and where); each of them then
+    // takes items one at a time: on a shared (virtual) machine one stalled
+    // thread must not hold up a fixed share of the blocks
     const int64_t items = mblocks * nblocks;
-    const int64_t workers = ceil_div(items, grain) < num_threads() ? ceil_div(items, grain) : num_threads();
     std::atomic<int64_t> next{0};
     std::atomic<bool> ok{true};
-    parallel_for(workers, 1, [&](int64_t, int64_t) {
+    parallel_for(items, grain, [&](int64_t, int64_t) {
         Acc* c = static_cast<Acc*>(c_scratch().get(size_t(bl.mc * bl.nc) * sizeof(Acc)));
         if (!c) {
             ok.store(false);
@@ -253,13 +253,22 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                 const int64_t kk = Kp - k0 < bl.kc ? Kp - k0 : bl.kc;
                 const uint8_t* bblock = packed + (n0 / NR) * panel_bytes + (k0 / Kn::KG) * NR * Kn::KG * L.elem;
                 const APack* ablock = ap + (m0 / MR) * apanel + (k0 / Kn::kAkg) * MR * Kn::APER;
+                const int64_t slice = kk / Kn::KG * NR * Kn::KG * L.elem;  // bytes of one panel in this k block
                 for (int64_t jr = 0; jr < npanels; ++jr) {
                     const uint8_t* bp = bblock + jr * panel_bytes;
+                    // the next panel's slice comes from memory: fetched a share per row panel, it is in
+                    // cache when its first micro-kernel starts
+                    const uint8_t* next = jr + 1 < npanels ? bp + panel_bytes
+                                          : k0 + kk < Kp ? bblock + slice  // the next k block's first panel
+                                                         : nullptr;
+                    const int64_t share = next ? round_up(ceil_div(slice, rpanels), 64) : 0;
                     if constexpr (PrepB<Kn>::value) {
                         Kn::prep_b(bp, kk, reinterpret_cast<typename Kn::BPrep*>(prep));
                         bp = prep;
                     }
                     for (int64_t ir = 0; ir < rpanels; ++ir) {
+                        for (int64_t off = ir * share; off < (ir + 1) * share && off < slice; off += 64)
+                            __builtin_prefetch(next + off, 0, 2);
                         const int64_t live = rows - ir * MR < MR ? rows - ir * MR : MR;
                         table[live - 1](ablock + ir * apanel, bp, kk, c + ir * MR * bl.nc + jr * NR, bl.nc, k0 > 0);
                     }

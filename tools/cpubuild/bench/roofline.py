@@ -23,12 +23,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..hardware import hardware
+from ..hardware import Peak, hardware
 
 PROBE_SOURCE = Path(__file__).with_name("peak.c")
 # -O1: GCC 12's -O2 scheduler spills and copies the twelve SSE accumulator
@@ -236,6 +237,33 @@ def _run_json(cmd: Sequence[str], timeout: float) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
+# A shared (virtual) machine loses whole seconds to its neighbours: each peak
+# is the best of several probe runs spread over a few seconds, so that one
+# slow stretch cannot lower the bound (and push kernels past 100%).
+PEAK_ROUNDS = 3
+PEAK_SPACING_S = 1.0
+
+
+def _measure_peaks(probes: dict[str, Path], threads: int, ms: float) -> dict[str, float | str]:
+    """Probe loop -> its best ops/s over PEAK_ROUNDS runs, or why there is none."""
+    best: dict[str, float | str] = {}
+    for round_ in range(PEAK_ROUNDS):
+        if round_:
+            time.sleep(PEAK_SPACING_S)
+        for probe, exe in probes.items():
+            if isinstance(best.get(probe), str):
+                continue
+            try:
+                rows = _run_json([str(exe), probe, str(threads), str(ms)], timeout=120)
+                rate = float(rows[-1]["ops_per_s"])
+            except (RuntimeError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as exc:
+                best[probe] = f"probe failed: {exc}"
+                continue
+            previous = best.get(probe)
+            best[probe] = max(rate, previous) if isinstance(previous, float) else rate
+    return best
+
+
 def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str], threads: int,
             cc: str | None = None, ms: float = 50.0, bandwidth_ms: float = 30.0,
             progress: Callable[[str], None] | None = None) -> Limits:
@@ -269,31 +297,33 @@ def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str]
                     failed[v.name] = "probe did not compile: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
                 else:
                     binaries[v.name] = exe
-        measured: dict[str, float | str] = {}  # probe loop -> ops/s, or why not
+        # which probe loop bounds each (variant, dtype), and which binary runs it
+        plan: list[tuple[VariantInfo, str, Peak | None]] = []
+        probes: dict[str, Path] = {}
+        instructions: dict[str, str] = {}
         for dtype in dtypes:
             for v in variants:
                 entry = hw.peak_for(arch, dtype, v.requires)
-                instruction = entry.instruction if entry else None
-                if not v.runnable:
-                    lacks = ", ".join(v.missing) or "its features"
-                    peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
-                                            note=f"not on this host (lacks {lacks})"))
-                    continue
-                if entry is None:
-                    peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=None, ops_per_s=None,
-                                            note=f"no {dtype} peak in the hardware data for {arch}"))
-                    continue
-                if v.name not in binaries:
-                    peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
-                                            note=failed.get(v.name, notes[0] if notes else "probe not built")))
-                    continue
-                if entry.probe not in measured:
-                    say(f"# peak: {entry.instruction} ({v.name}, {threads} threads)")
-                    try:
-                        rows = _run_json([str(binaries[v.name]), entry.probe, str(threads), str(ms)], timeout=120)
-                        measured[entry.probe] = float(rows[-1]["ops_per_s"])
-                    except (RuntimeError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as exc:
-                        measured[entry.probe] = f"probe failed: {exc}"
+                plan.append((v, dtype, entry))
+                if v.runnable and entry is not None and v.name in binaries:
+                    probes.setdefault(entry.probe, binaries[v.name])
+                    instructions.setdefault(entry.probe, entry.instruction)
+        for probe in probes:
+            say(f"# peak: {instructions[probe]} ({threads} threads, best of {PEAK_ROUNDS} runs {PEAK_SPACING_S:g} s apart)")
+        measured = _measure_peaks(probes, threads, ms)
+        for v, dtype, entry in plan:
+            instruction = entry.instruction if entry else None
+            if not v.runnable:
+                lacks = ", ".join(v.missing) or "its features"
+                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
+                                        note=f"not on this host (lacks {lacks})"))
+            elif entry is None:
+                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=None, ops_per_s=None,
+                                        note=f"no {dtype} peak in the hardware data for {arch}"))
+            elif v.name not in binaries:
+                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
+                                        note=failed.get(v.name, notes[0] if notes else "probe not built")))
+            else:
                 value = measured[entry.probe]
                 peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction,
                                         ops_per_s=value if isinstance(value, float) else None,
