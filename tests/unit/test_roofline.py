@@ -152,3 +152,8 @@ def test_targets_met_missed_and_not_applicable() -> None:
     ]
     lines = targets.check_all(decl[1:2], records, ["baseline"], ["avx2"])
     assert lines == ["target: gemm_bf16 256 vs bound (>= 85): n/a, this host lacks avx512_bf16"]
+    # --variants without the baseline: the ladder target does not apply (no figure against another variant)
+    assert targets.check_all(decl[2:3], records, ["baseline", "avx512bf16"], [], baseline="baseline") == [
+        "target: gemm_bf16 256 avx512bf16 vs baseline: 4.00x (>= 4.0x: met)"]
+    assert targets.check_all(decl[2:3], records, ["avx512bf16"], [], baseline="baseline") == [
+        "target: gemm_bf16 256 vs baseline (>= 4.0x): n/a, baseline was not timed (--variants)"]

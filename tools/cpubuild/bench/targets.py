@@ -3,8 +3,8 @@
 A target is a string (printed as is) or an object:
 ``{"op", "shape" (list, leading dims to match), "dtype"?, "versus", "min"? ,
 "max"?, "requires"? (host features; n/a without them)}`` where `versus` is
-``torch`` (torch time / best variant time), ``baseline`` (the lowest
-variant's time / best), ``copy`` (best / copy time) or ``bound`` (the best
+``torch`` (torch time / best variant time), ``baseline`` (the baseline
+variant's time / best; n/a when `--variants` left the baseline out), ``copy`` (best / copy time) or ``bound`` (the best
 variant's percentage of its roofline bound).
 """
 
@@ -23,9 +23,10 @@ def _matches(record: dict[str, Any], target: dict[str, Any]) -> bool:
 
 
 def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
-          host_features: Iterable[str]) -> str | None:
+          host_features: Iterable[str], *, baseline: str | None = None) -> str | None:
     """One line: the measured figure against the target, or why it does not
-    apply; None when the benchmark did not time the target's case."""
+    apply; None when the benchmark did not time the target's case.
+    `baseline`: the lowest variant this host runs (default: the lowest timed)."""
     versus = target.get("versus")
     if versus not in VERSUS:
         return f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})"
@@ -43,6 +44,8 @@ def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: S
     if versus == "torch":
         value, unit, name = (best["torch_us"] / best["us"] if best.get("torch_us") else None), "x", "torch"
     elif versus == "baseline":
+        if baseline is not None and variants[0] != baseline:
+            return f"{what} vs {versus} ({limit}x): n/a, {baseline} was not timed (--variants)"
         base = next((r["us"] for r in rows if r["variant"] == variants[0]), None)
         value, unit, name = (base / best["us"] if base else None), "x", variants[0]
     elif versus == "copy":
@@ -58,12 +61,12 @@ def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: S
 
 
 def check_all(targets: Sequence[Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
-              host_features: Iterable[str]) -> list[str]:
+              host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
     features = list(host_features)
     out: list[str] = []
     for t in targets:
         if isinstance(t, dict):
-            line = check(t, records, variants, features)
+            line = check(t, records, variants, features, baseline=baseline)
             if line is not None:
                 out.append(line)
         else:

@@ -233,8 +233,10 @@ def command(variants_opt: str | None, as_json: bool, plot: Path | None, with_roo
     limits = measure_limits(project, report, variants, result, quiet=False) if with_roofline else None
     if limits is not None:
         result["records"] = roofline.annotate(result["records"], limits)
+    runnable = runnable_in(report)
     result["targets"] = bench_targets.check_all(result.get("targets") or [], result["records"], variants,
-                                                report.get("host_features") or [])
+                                                report.get("host_features") or [],
+                                                baseline=runnable[0] if runnable else None)
     if as_json:
         out = {"meta": result.get("meta", {}), "limits": limits.to_json() if limits else None,
                "records": result["records"], "targets": result["targets"]}
