@@ -226,7 +226,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     // takes items one at a time: on a shared (virtual) machine one stalled
     // thread must not hold up a fixed share of the blocks
     const int64_t items = mblocks * nblocks;
-    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> next_item{0};
     std::atomic<bool> ok{true};
     parallel_for(items, grain, [&](int64_t, int64_t) {
         Acc* c = static_cast<Acc*>(c_scratch().get(size_t(bl.mc * bl.nc) * sizeof(Acc)));
@@ -243,7 +243,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
             }
         }
         Kn::begin();
-        for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+        for (int64_t item; (item = next_item.fetch_add(1, std::memory_order_relaxed)) < items;) {
             const int64_t nb = item / mblocks, mblk = item % mblocks;
             const int64_t m0 = mblk * bl.mc, n0 = nb * bl.nc;
             const int64_t rows = M - m0 < bl.mc ? M - m0 : bl.mc;
@@ -258,17 +258,17 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                     const uint8_t* bp = bblock + jr * panel_bytes;
                     // the next panel's slice comes from memory: fetched a share per row panel, it is in
                     // cache when its first micro-kernel starts
-                    const uint8_t* next = jr + 1 < npanels ? bp + panel_bytes
+                    const uint8_t* ahead = jr + 1 < npanels ? bp + panel_bytes
                                           : k0 + kk < Kp ? bblock + slice  // the next k block's first panel
                                                          : nullptr;
-                    const int64_t share = next ? round_up(ceil_div(slice, rpanels), 64) : 0;
+                    const int64_t share = ahead ? round_up(ceil_div(slice, rpanels), 64) : 0;
                     if constexpr (PrepB<Kn>::value) {
                         Kn::prep_b(bp, kk, reinterpret_cast<typename Kn::BPrep*>(prep));
                         bp = prep;
                     }
                     for (int64_t ir = 0; ir < rpanels; ++ir) {
                         for (int64_t off = ir * share; off < (ir + 1) * share && off < slice; off += 64)
-                            __builtin_prefetch(next + off, 0, 2);
+                            __builtin_prefetch(ahead + off, 0, 2);
                         const int64_t live = rows - ir * MR < MR ? rows - ir * MR : MR;
                         table[live - 1](ablock + ir * apanel, bp, kk, c + ir * MR * bl.nc + jr * NR, bl.nc, k0 > 0);
                     }
