@@ -12,6 +12,7 @@ install from an index made by `cpubuild publish` and served by `cpubuild serve`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -198,8 +199,8 @@ def test_the_examples_own_tests_pass(name: str, installed: Callable[[str], Path]
 def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuild,  # noqa: F811
                                                   build_wheel: Callable[[str, str], dict[str, Any]], tmp_path: Path) -> None:
     """`cpubuild bench` on a project other than cpukern (dotlib's benchmark, written by `cpubuild init`): every
-    variant the oracle says this CPU runs is timed and gets a measured peak for fp32 and int8 and its share of
-    its bound (within the noise allowance of test_gemm_bench)."""
+    variant the oracle says this CPU runs is timed and gets a measured peak for fp32 and int8, its bound and the
+    cache level(s) that bound assumes. Structure only: the percentages are timings (the benchmark judges them)."""
     example = EXAMPLES["dotlib"]
     python = fresh_venv(tmp_path / "venv", str(public_cpubuild.wheel), build_wheel("dotlib", ARCH)["wheel"]["path"])
     proc = run([str(python.parent / "cpubuild"), "bench", "--json"], cwd=example.dir, env=python_env(), check=False,
@@ -209,8 +210,10 @@ def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuil
     runnable = [v.name for v in example.matrix.variants_for(ARCH) if set(v.requires) <= oracle_features(ARCH)]
     assert {r["variant"] for r in out["records"]} == set(runnable)
     assert {(r["op"], r["dtype"]) for r in out["records"]} == {("dot_f32", "fp32"), ("dot_i8", "int8")}
-    for record in out["records"]:  # 150: test_gemm_bench's noise allowance
-        assert record["bound"] in ("compute", "memory") and 0 < record["pct_bound"] <= 150, record
+    levels = {b["level"] for b in out["limits"]["bandwidth"]}
+    for record in out["records"]:
+        assert record["bound"] in ("compute", "memory") and math.isfinite(record["pct_bound"]), record
+        assert record["pct_bound"] > 0 and set(record["level"].split("+")) <= levels, record
     peaks = {(p["variant"], p["dtype"]): p for p in out["limits"]["peaks"]}
     assert all(peaks[v, d]["ops_per_s"] > 0 for v in runnable for d in ("fp32", "int8"))
 
