@@ -3,9 +3,10 @@
 Tests that need an external tool call `require_tool` / `require`: on a
 developer machine without it they skip with the reason; under CI=true a
 missing tool fails the test (no silent skips in CI). The rule holds for every
-skip, whatever its marker or origin (`pytest.importorskip` included): under
-CI=true a skip fails the test unless it states a fact of the host that no
-installation changes (`skip_host_fact`, e.g. "this CPU runs every variant").
+skip, whatever its marker or origin (`pytest.importorskip` at module level
+included): under CI=true a skip fails unless its reason starts with the
+host-fact marker (`skip_host_fact`, e.g. "this CPU runs every variant").
+The hooks live in the `ci_skip_rule` plugin.
 """
 
 from __future__ import annotations
@@ -20,46 +21,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CPUKERN_MATRIX = REPO / "isa_matrix.toml"  # cpukern, the first project built with cpubuild
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 sys.path.insert(0, str(REPO / "tools"))
 
+pytest.register_assert_rewrite("ci_skip_rule")  # a plugin (below) that this module imports first
+from ci_skip_rule import HOST_FACT, in_ci, require, skip_host_fact  # noqa: E402
 
-def require(condition: bool, reason: str) -> None:
-    """Skip (developer machine) or fail (CI) when a prerequisite is missing."""
-    if condition:
-        return
-    if IN_CI:
-        pytest.fail(f"CI=true and a prerequisite is missing: {reason}", pytrace=False)
-    pytest.skip(reason)
+# A plugin, not hooks of this conftest: a conftest's hooks miss the reports of
+# a folder whose own conftest skips while it is imported.
+pytest_plugins = ["ci_skip_rule"]
 
-
-HOST_FACT = "host fact: "
-
-
-def skip_host_fact(reason: str) -> None:
-    """Skip because of what this host is (its CPU, its NumPy build), not what it lacks: allowed in CI."""
-    pytest.skip(HOST_FACT + reason)
-
-
-def _skip_reason(longrepr: object) -> str:
-    return str(longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    outcome = yield
-    report = outcome.get_result()
-    if IN_CI and report.skipped and not hasattr(report, "wasxfail") and HOST_FACT not in _skip_reason(report.longrepr):
-        report.outcome = "failed"
-        report.longrepr = f"CI=true forbids this skip (install what it needs): {_skip_reason(report.longrepr)}"
-    return None
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if IN_CI and report.skipped and HOST_FACT not in _skip_reason(report.longrepr):
-        report.outcome = "failed"
-        report.longrepr = f"CI=true forbids skipping a whole module (install what it needs): {_skip_reason(report.longrepr)}"
+__all__ = ["HOST_FACT", "CPUKERN_MATRIX", "REPO", "in_ci", "require", "require_tool", "run", "skip_host_fact"]
 
 
 def require_tool(*names: str) -> None:
