@@ -11,7 +11,6 @@ The hooks live in the `ci_skip_rule` plugin.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from ci_skip_rule import HOST_FACT, in_ci, require, skip_host_fact  # noqa: E402
 # a folder whose own conftest skips while it is imported.
 pytest_plugins = ["ci_skip_rule"]
 
-__all__ = ["HOST_FACT", "CPUKERN_MATRIX", "REPO", "in_ci", "require", "require_tool", "run", "skip_host_fact"]
+__all__ = ["CPUKERN_MATRIX", "HOST_FACT", "REPO", "in_ci", "require", "require_tool", "run", "skip_host_fact"]
 
 
 def require_tool(*names: str) -> None:

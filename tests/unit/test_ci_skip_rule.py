@@ -8,7 +8,6 @@ host-fact marker; on a developer machine it stays a skip.
 from __future__ import annotations
 
 import pytest
-
 from ci_skip_rule import HOST_FACT
 
 pytest_plugins = ["pytester"]
