@@ -1,0 +1,97 @@
+"""Names that go into an index: commit resolution (full SHAs, short SHAs,
+revisions) and PEP 825 variant labels in wheel file names."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+from cpubuild.index.names import IndexInputError, parse_wheel_name, resolve_commit
+
+
+@pytest.fixture(scope="module")
+def git_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A checkout with one commit, and that commit's full SHA (the oracle: git itself)."""
+    require_tool("git")
+    repo = tmp_path_factory.mktemp("checkout")
+    env_args = ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("x\n")
+    subprocess.run(["git", *env_args, "-C", str(repo), "add", "f"], check=True)
+    subprocess.run(["git", *env_args, "-C", str(repo), "commit", "-q", "-m", "one"], check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    return repo, sha
+
+
+@pytest.mark.parametrize("length", [40, 64])
+def test_a_full_sha_is_taken_as_is_without_git(tmp_path: Path, length: int) -> None:
+    sha = ("0123456789abcdef" * 4)[:length]
+    assert resolve_commit(f" {sha}\n", repo=tmp_path) == sha  # tmp_path is no checkout: git is never asked
+
+
+@pytest.mark.parametrize("length", [7, 12, 39])
+def test_a_short_sha_resolves_to_the_full_commit(git_repo: tuple[Path, str], length: int) -> None:
+    repo, sha = git_repo
+    assert resolve_commit(sha[:length], repo=repo) == sha
+
+
+@pytest.mark.parametrize("revision", ["HEAD", "HEAD^{commit}", "master@{0}"])
+def test_a_revision_resolves_to_the_full_commit(git_repo: tuple[Path, str], revision: str) -> None:
+    repo, sha = git_repo
+    if revision.startswith("master"):
+        branch = subprocess.run(["git", "-C", str(repo), "branch", "--show-current"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        revision = revision.replace("master", branch)
+    assert resolve_commit(revision, repo=repo) == sha
+
+
+@pytest.mark.parametrize("length", [7, 39])
+def test_a_short_sha_of_no_commit_here_is_refused(git_repo: tuple[Path, str], length: int) -> None:
+    repo, sha = git_repo
+    other = ("f" if sha[0] != "f" else "e") * length  # not a prefix of the one commit
+    with pytest.raises(IndexInputError, match=r"neither a full commit SHA .* nor a git revision"):
+        resolve_commit(other, repo=repo)
+
+
+@pytest.mark.parametrize("text", ["-rf", "--all", "HEAD ~1", "a\tb"])
+def test_an_option_or_spaced_text_never_reaches_git(tmp_path: Path, text: str) -> None:
+    with pytest.raises(IndexInputError, match="is not a commit SHA or git revision"):
+        resolve_commit(text, repo=tmp_path)
+
+
+@pytest.mark.parametrize("text", [None, "", "   "])
+def test_no_commit_is_one_clear_error(text: str | None) -> None:
+    with pytest.raises(IndexInputError, match="no commit given: pass --commit SHA"):
+        resolve_commit(text)
+
+
+@pytest.mark.parametrize("filename", [
+    "dotlib-1.0-cp311-cp311-linux_x86_64-avx2.whl",
+    "dotlib-1.0-1-cp311-cp311-linux_x86_64-x86_64_v4.whl",
+    "dotlib-1.0-cp311-cp311-linux_x86_64-a.whl",
+    "dotlib-1.0-cp311-cp311-linux_x86_64-0123456789abcdef.whl",
+])
+def test_a_pep825_label_is_parsed(filename: str) -> None:
+    assert parse_wheel_name(filename).label == filename[:-len(".whl")].rsplit("-", 1)[1]
+
+
+@pytest.mark.parametrize("filename", [
+    "dotlib-1.0-cp311-cp311-linux_x86_64-AVX2.whl",  # upper case
+    "dotlib-1.0-1-cp311-cp311-linux_x86_64-Avx2.whl",  # after a build tag
+    "dotlib-1.0-cp311-cp311-linux_x86_64-0123456789abcdefg.whl",  # 17 characters
+    "dotlib-1.0-cp311-cp311-linux_x86_64-avx+2.whl",
+    "dotlib-1.0-cp311-cp311-linux_x86_64-avx!2.whl",
+])
+def test_an_invalid_pep825_label_is_refused(filename: str) -> None:
+    label = filename[:-len(".whl")].rsplit("-", 1)[1]
+    with pytest.raises(IndexInputError, match=rf"variant label '{re.escape(label)}' is not \[0-9a-z_\.\]\{{1,16\}} \(PEP 825\)"):
+        parse_wheel_name(filename)
+
+
+def test_a_wheel_without_a_label_has_none() -> None:
+    assert parse_wheel_name("dotlib-1.0-1-cp311-cp311-linux_x86_64.whl").label is None
+    assert parse_wheel_name("dotlib-1.0-cp311-cp311-linux_x86_64.whl").label is None
