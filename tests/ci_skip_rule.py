@@ -40,6 +40,12 @@ def skip_host_fact(reason: str) -> None:
     pytest.skip(HOST_FACT + reason)
 
 
+def require_host(condition: bool, reason: str) -> None:
+    """Skip as a host fact (allowed in CI) unless this host is what the test needs (its arch, its CPU)."""
+    if not condition:
+        skip_host_fact(reason)
+
+
 def skip_reason(longrepr: object) -> str:
     """The reason a skip report carries, without pytest's 'Skipped: ' prefix."""
     text = str(longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run, skip_host_fact
+from conftest import REPO, require, require_host, require_tool, run, skip_host_fact
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import ARCH, oracle_features, oracle_ranking
@@ -177,7 +177,7 @@ def test_forcing_a_variant_this_cpu_lacks_fails_cleanly(name: str, installed: Ca
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_forcing_avx512_under_qemu_haswell_fails_cleanly(name: str, installed: Callable[[str], Path], tmp_path: Path) -> None:
     """The same refusal on a CPU that surely lacks AVX-512, whatever this host has."""
-    require(ARCH == "x86_64", "runs the x86_64 venv's Python under qemu-x86_64")
+    require_host(ARCH == "x86_64", "runs the x86_64 venv's Python under qemu-x86_64")
     require_tool("qemu-x86_64-static")
     example, have = EXAMPLES[name], qemu_model_features("x86_64", "Haswell")
     variant = example.matrix.variant("x86_64", "avx512")
@@ -220,7 +220,7 @@ def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuil
 
 @pytest.fixture(scope="session")
 def emulation_ready() -> None:
-    require(ARCH == "x86_64", "the emulated runs need an x86_64 host")
+    require_host(ARCH == "x86_64", "the emulated runs need an x86_64 host")
     require(os.geteuid() == 0, "cpubuild test needs root for the aarch64 rootfs (debootstrap, chroot)")
     require_tool("qemu-aarch64-static", "qemu-x86_64-static", "debootstrap")
     require(Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").is_file(), "qemu-aarch64 binfmt handler not registered (scripts/setup.sh)")
@@ -248,7 +248,7 @@ def test_aarch64_wheel_under_qemu(name: str, cpu: str, emulation_ready: None, pu
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_x86_64_wheel_under_qemu_haswell(name: str, public_cpubuild: PublicCpubuild,  # noqa: F811
                                          build_wheel: Callable[[str, str], dict[str, Any]], tmp_path: Path) -> None:
-    require(ARCH == "x86_64", "runs the x86_64 wheel under qemu-x86_64")
+    require_host(ARCH == "x86_64", "runs the x86_64 wheel under qemu-x86_64")
     require_tool("qemu-x86_64-static")
     example, summary = EXAMPLES[name], build_wheel(name, "x86_64")
     runs = example.runnable("x86_64", qemu_model_features("x86_64", "Haswell"))
