@@ -15,6 +15,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,30 @@ def run(cmd: list[str], *, check: bool = True, timeout: float = 1800, **kw: obje
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+def nested_pytest(python: Path, cwd: Path, *, env: Mapping[str, str], host_facts: Collection[str] = (),
+                  args: tuple[str, ...] = (), timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Runs a project's own tests with `python -m pytest`; they must pass, and their skips count here.
+
+    Every skip of the nested run is reported to this test: under CI=true one
+    fails it, on a developer machine it skips it with the nested reasons. A
+    nested skip is allowed only as a host fact: its reason starts with the
+    marker, or is one of `host_facts` (reasons the calling test has checked
+    against an oracle)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        proc = run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={xml}", *args], cwd=cwd,
+                   env=dict(env), check=False, timeout=timeout)
+        assert_not_killed(proc, f"pytest in {cwd.name}")
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        suite = ET.parse(xml).getroot()
+    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    assert suite is not None, f"pytest in {cwd.name} wrote no test suite"
+    reasons = [(case.get("name", "?"), (skip.get("message") or "").removeprefix("Skipped: "))
+               for case in suite.iter("testcase") for skip in case.findall("skipped")]
+    ran = int(suite.get("tests", "0")) - len(reasons)
+    assert ran > 0 and int(suite.get("failures", "0")) == int(suite.get("errors", "0")) == 0, proc.stdout[-4000:]
+    undeclared = [f"{name}: {why}" for name, why in reasons if not why.startswith(HOST_FACT) and why not in host_facts]
+    require(not undeclared, f"the nested pytest run in {cwd.name} skipped {len(undeclared)}: {'; '.join(undeclared)}")
+    return proc
