@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_tool
-from cpubuild.index.names import IndexInputError, parse_wheel_name, resolve_commit
+from cpubuild.index.names import IndexInputError, check_variant, href, parse_wheel_name, resolve_commit
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,35 @@ def test_an_invalid_pep825_label_is_refused(filename: str) -> None:
 def test_a_wheel_without_a_label_has_none() -> None:
     assert parse_wheel_name("dotlib-1.0-1-cp311-cp311-linux_x86_64.whl").label is None
     assert parse_wheel_name("dotlib-1.0-cp311-cp311-linux_x86_64.whl").label is None
+
+
+@pytest.mark.parametrize(("filename", "problem"), [
+    ("a/b-1.0-py3-none-any.whl", "is not a plain file name"),
+    ("a\\b-1.0-py3-none-any.whl", "is not a plain file name"),
+    (".", "is not a plain file name"),
+    ("..", "is not a plain file name"),
+    ("b-1.0-py3-none-any.zip", r"is not a wheel \(the name does not end in \.whl\)"),
+    ("b-1.0-py3-none-any%20.whl", "has characters a wheel file name cannot have"),
+    ("b-1.0.whl", "is not a valid wheel file name: "),
+])
+def test_each_bad_wheel_name_says_why(filename: str, problem: str) -> None:
+    with pytest.raises(IndexInputError, match=f"^{re.escape(repr(filename))} {problem}"):
+        parse_wheel_name(filename)
+
+
+def test_a_parsed_wheel_name_keeps_every_part() -> None:
+    name = parse_wheel_name("Dot_Lib-1.0+cpu-1a-cp311-cp311-linux_x86_64.whl")  # a build tag of a digit and a letter
+    assert (name.filename, name.project, str(name.version), name.build, name.label) == (
+        "Dot_Lib-1.0+cpu-1a-cp311-cp311-linux_x86_64.whl", "dot-lib", "1.0+cpu", (1, "a"), None)
+    assert {str(t) for t in name.tags} == {"cp311-cp311-linux_x86_64"}
+    assert str(name.public_version) == "1.0"
+
+
+def test_a_bad_variant_name_says_what_a_good_one_is() -> None:
+    with pytest.raises(IndexInputError, match=r"^variant 'CPU' is not a valid index tree name \(lower case letters"):
+        check_variant("CPU")
+    assert check_variant("cpu") == "cpu"
+
+
+def test_href_escapes_plus_but_keeps_the_path() -> None:
+    assert href("cpukern/cpukern-1.0+cpu-py3-none-any.whl") == "cpukern/cpukern-1.0%2Bcpu-py3-none-any.whl"
