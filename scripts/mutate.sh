@@ -13,7 +13,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${MUTATE_DIR:-${TMPDIR:-/tmp}/cpubuild-mutate}
 command -v mutmut >/dev/null || { echo "mutate.sh: mutmut is not installed (pip install mutmut)" >&2; exit 1; }
 
-modules=(cpubuild/runtime/select.py cpubuild/matrix.py cpubuild/index/names.py)
+# MUTATE_MODULES narrows it, e.g. "cpubuild/index/names.py" (matrix.py alone is ~1400 mutants)
+read -r -a modules <<< "${MUTATE_MODULES:-cpubuild/runtime/select.py cpubuild/matrix.py cpubuild/index/names.py}"
 tests=(tests/unit/test_select.py tests/unit/test_macos_select.py tests/unit/test_matrix.py
        tests/unit/test_install_levels.py tests/unit/test_wheel_plan.py tests/unit/test_index_names.py
        tests/unit/test_index_pages.py)

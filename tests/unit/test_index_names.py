@@ -65,7 +65,7 @@ def test_an_option_or_spaced_text_never_reaches_git(tmp_path: Path, text: str) -
 
 @pytest.mark.parametrize("text", [None, "", "   "])
 def test_no_commit_is_one_clear_error(text: str | None) -> None:
-    with pytest.raises(IndexInputError, match="no commit given: pass --commit SHA"):
+    with pytest.raises(IndexInputError, match="^no commit given: pass --commit SHA"):
         resolve_commit(text)
 
 
@@ -127,3 +127,9 @@ def test_a_bad_variant_name_says_what_a_good_one_is() -> None:
 
 def test_href_escapes_plus_but_keeps_the_path() -> None:
     assert href("cpukern/cpukern-1.0+cpu-py3-none-any.whl") == "cpukern/cpukern-1.0%2Bcpu-py3-none-any.whl"
+
+
+def test_a_revision_without_git_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on PATH: the revision cannot be resolved
+    with pytest.raises(IndexInputError, match=r"^--commit 'HEAD' is neither a full commit SHA"):
+        resolve_commit("HEAD", repo=tmp_path)
