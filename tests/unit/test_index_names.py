@@ -65,7 +65,7 @@ def test_an_option_or_spaced_text_never_reaches_git(tmp_path: Path, text: str) -
 
 @pytest.mark.parametrize("text", [None, "", "   "])
 def test_no_commit_is_one_clear_error(text: str | None) -> None:
-    with pytest.raises(IndexInputError, match="^no commit given: pass --commit SHA"):
+    with pytest.raises(IndexInputError, match=r"^no commit given: pass --commit SHA"):
         resolve_commit(text)
 
 
