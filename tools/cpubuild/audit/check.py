@@ -137,7 +137,7 @@ def _allowed(role: Role, arch: str) -> frozenset[str] | None:
     return t.allowed(())
 
 
-def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = ()) -> AuditResult:
+def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = (), allow_empty: bool = False) -> AuditResult:
     """Audit one wheel, directory or ELF file against its manifest (if any)."""
     target = Path(target)
     if not target.exists():
@@ -164,7 +164,7 @@ def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = ()) -> 
         raise AuditInputError(f"{target}: cannot be read ({exc.strerror or exc})") from None
     except zipfile.BadZipFile as exc:
         raise AuditInputError(f"{target}: not a readable wheel ({exc})") from None
-    if not images:
+    if not images and not allow_empty:
         raise AuditInputError(f"{target}: holds no ELF library of {', '.join(('x86_64', 'aarch64', 's390x'))}")
     roles, allow = _roles(manifests)
     libraries = []

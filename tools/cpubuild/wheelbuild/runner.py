@@ -271,6 +271,12 @@ def _build(
     wheelzip.normalize(wheel, plan.source_date_epoch)
     contents = wheelzip.inspect(wheel)
     _verify(contents, plan)
+    reporter.stage("audit")
+    from ..audit.gate import require_clean, summary
+
+    instruction_audit = summary(require_clean(wheel))  # a violation fails the build, nothing delivered
+    for warning in instruction_audit["warnings"]:
+        reporter.note(f"audit: {warning}")
     reporter.stage("finalize")
     final = _deliver(wheel, plan.out_dir)
     return {
@@ -293,6 +299,7 @@ def _build(
             "policy": policy,
             "audited": audited,
             "isa_ext_check": isa_check,
+            "instruction_audit": instruction_audit,
         },
         "compiler": toolchain.cxx.display,
         "torch": {"version": plan.torch.version, "origin": plan.torch.origin} if plan.torch else None,
