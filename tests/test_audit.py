@@ -141,7 +141,7 @@ def test_unguarded_target_attribute_fails_the_build_and_allow_declares_it(
     proc = public_cpubuild.cli("wheel", "--isa", "avx2", "--out", str(tmp_path / "out"), cwd=project, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (tmp_path / "out").glob("*.whl")
-    report = public_cpubuild.cli("audit", str(wheel), cwd=tmp_path)
+    report = public_cpubuild.cli("audit", str(wheel), cwd=tmp_path)  # alone: the wheel records where wide_sum is
     print(report.stdout)
     assert "guarded by the project" in report.stdout and "wide_sum" in report.stdout and "PASS" in report.stdout
 

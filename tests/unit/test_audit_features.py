@@ -4,7 +4,6 @@ assembled by GNU as (x86: Intel SDM vol. 2; Arm ARM; z/Architecture PoP)."""
 from __future__ import annotations
 
 import pytest
-
 from cpubuild.audit.disasm import UNDECODABLE, Disassembler
 from cpubuild.audit.features import tables
 from cpubuild.hardware import hardware

@@ -3,6 +3,7 @@ and the audit of every ELF file in it against that."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zipfile
@@ -17,6 +18,7 @@ from .features import tables
 from .scan import Allow, LibraryScan, scan_library
 
 MANIFEST_NAME = "_manifest.json"
+RECORD_NAME = "_audit_functions.json"  # written by `cpubuild wheel` when the project's allow list matched (record.py)
 
 
 class AuditInputError(UsageError):
@@ -41,6 +43,7 @@ class Role:
 class LibraryAudit:
     role: Role
     scan: LibraryScan
+    image: ElfImage
     allowed: tuple[str, ...] | None
     warnings: list[str] = field(default_factory=list)
 
@@ -137,16 +140,38 @@ def _allowed(role: Role, arch: str) -> frozenset[str] | None:
     return t.allowed(())
 
 
-def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = (), allow_empty: bool = False) -> AuditResult:
-    """Audit one wheel, directory or ELF file against its manifest (if any)."""
+def _named(image: ElfImage, symbol_dirs: tuple[Path, ...]) -> ElfImage:
+    """A stripped library named by an unstripped copy of the same code (a build tree)."""
+    for directory in symbol_dirs:
+        for candidate in sorted(directory.rglob(PurePosixPath(image.name).name))[:8]:
+            try:
+                named = image.with_symbols_of(read_elf(str(candidate), candidate.read_bytes()))
+            except (OSError, NotAuditableError):
+                continue
+            if named is not None:
+                return named
+    return image
+
+
+def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = (), allow_empty: bool = False,
+                 symbol_dirs: tuple[Path, ...] = ()) -> AuditResult:
+    """Audit one wheel, directory or ELF file against its manifest (if any).
+    `symbol_dirs`: where unstripped copies of its libraries may be (function names)."""
     target = Path(target)
     if not target.exists():
         raise AuditInputError(f"{target}: no such file or directory")
     manifests: dict[str, dict[str, Any]] = {}
+    recorded: dict[str, Any] = {}
+    digests: dict[str, str] = {}
     images: list[ElfImage] = []
     try:
         for name, data in _members(target):
-            if PurePosixPath(name).name == MANIFEST_NAME:
+            if PurePosixPath(name).name == RECORD_NAME:
+                try:
+                    recorded.update(json.loads(data).get("libraries", {}))
+                except (ValueError, AttributeError):
+                    continue
+            elif PurePosixPath(name).name == MANIFEST_NAME:
                 try:
                     manifest = json.loads(data)
                 except ValueError:
@@ -156,6 +181,7 @@ def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = (), all
             elif is_elf(data):
                 try:
                     images.append(read_elf(name, data))
+                    digests[name] = hashlib.sha256(data).hexdigest()
                 except NotAuditableError:
                     if not target.is_file() or zipfile.is_zipfile(target):
                         continue  # e.g. a 32-bit helper inside a wheel: not dispatched code
@@ -169,10 +195,14 @@ def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = (), all
     roles, allow = _roles(manifests)
     libraries = []
     for image in images:
+        image = _named(image, symbol_dirs)
+        entry = recorded.get(image.name)
+        if isinstance(entry, dict) and entry.get("sha256") == digests.get(image.name):  # the very library the build named
+            image = image.with_functions({n: (int(r[0]), int(r[1])) for n, r in entry.get("functions", {}).items()})
         role = roles.get(image.name, Role(kind="other" if manifests else "unmanaged"))
         allowed = _allowed(role, image.arch)
         scan = scan_library(image, allowed, allow + extra_allow)
-        lib = LibraryAudit(role=role, scan=scan, allowed=tuple(sorted(allowed, key=tables(image.arch).rank)) if allowed is not None else None)
+        lib = LibraryAudit(role=role, scan=scan, image=image, allowed=tuple(sorted(allowed, key=tables(image.arch).rank)) if allowed is not None else None)
         if role.kind == "variant" and role.defining and not set(role.defining) & set(scan.by_feature):
             lib.warnings.append(f"variant {role.variant!r} never uses an instruction of its own features "
                                 f"({', '.join(role.defining)}): its flags did nothing")

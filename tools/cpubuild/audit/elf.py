@@ -36,6 +36,31 @@ class ElfImage:
     def text_bytes(self) -> int:
         return sum(len(s.data) for s in self.sections)
 
+    def with_symbols_of(self, other: ElfImage) -> ElfImage | None:
+        """This image named by `other`'s symbols (an unstripped copy of the same
+        code: every executable section identical), or None when the code differs."""
+        mine = [(s.name, s.address, s.data) for s in self.sections]
+        if mine != [(s.name, s.address, s.data) for s in other.sections] or len(other.symbol_names) <= len(self.symbol_names):
+            return None
+        return ElfImage(name=self.name, arch=self.arch, sections=self.sections,
+                        symbol_addresses=other.symbol_addresses, symbol_names=other.symbol_names)
+
+    def function_ranges(self, names: set[str]) -> dict[str, tuple[int, int]]:
+        """[start, end) of the named functions (end: the next symbol, or the end of its section)."""
+        ends = [*self.symbol_addresses[1:], max((s.address + len(s.data) for s in self.sections), default=0)]
+        return {n: (a, e) for a, e, n in zip(self.symbol_addresses, ends, self.symbol_names, strict=True) if n in names}
+
+    def with_functions(self, ranges: dict[str, tuple[int, int]]) -> ElfImage:
+        """This image with recorded function ranges added to its symbols (a stripped
+        library whose build recorded where its guarded functions are)."""
+        symbols = dict(zip(self.symbol_addresses, self.symbol_names, strict=True))
+        for name, (start, end) in ranges.items():
+            symbols.setdefault(end, f"(after {name})")
+            symbols[start] = name
+        addresses = sorted(symbols)
+        return ElfImage(name=self.name, arch=self.arch, sections=self.sections,
+                        symbol_addresses=addresses, symbol_names=[symbols[a] for a in addresses])
+
     def function_at(self, address: int) -> str:
         """The nearest function symbol at or before `address` ('?' when none)."""
         index = bisect.bisect_right(self.symbol_addresses, address) - 1

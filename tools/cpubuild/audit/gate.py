@@ -15,10 +15,10 @@ class AuditFailedError(CpubuildError):
     """A library holds instructions its dispatcher does not check for."""
 
 
-def require_clean(wheel: Path) -> AuditResult:
+def require_clean(wheel: Path, *, symbol_dirs: tuple[Path, ...] = ()) -> AuditResult:
     """Audit `wheel`; raise AuditFailedError (with the report) on a violation.
     A wheel without ELF libraries (pure Python, macOS) passes: nothing to decode."""
-    result = audit_target(wheel, allow_empty=True)
+    result = audit_target(wheel, allow_empty=True, symbol_dirs=symbol_dirs)
     if not result.ok:
         raise AuditFailedError(
             f"{wheel.name}: the instruction audit found {result.violations:,} instructions that need CPU features "

@@ -53,6 +53,7 @@ class LibraryScan:
     violating_functions: set[str] = field(default_factory=set)
     guarded: list[Finding] = field(default_factory=list)
     guarded_count: int = 0
+    guarded_functions: set[str] = field(default_factory=set)
 
 
 def scan_library(image: ElfImage, allowed: frozenset[str] | None, allow: tuple[Allow, ...] = ()) -> LibraryScan:
@@ -73,7 +74,7 @@ def scan_library(image: ElfImage, allowed: frozenset[str] | None, allow: tuple[A
                 continue
             while index + 1 < len(addresses) and addresses[index + 1] <= address:
                 index += 1
-            function = names[index] if index >= 0 else f"{section.name}+0x{address - section.address:x}"
+            function = names[index] if index >= 0 else f"(before any symbol in {section.name})"
             key = key_cache.get(feats)
             if key is None:
                 key = key_cache[feats] = max(sorted(feats), key=rank)
@@ -89,6 +90,7 @@ def scan_library(image: ElfImage, allowed: frozenset[str] | None, allow: tuple[A
             offset = address - section.address
             if guard is not None:
                 result.guarded_count += 1
+                result.guarded_functions.add(function)
                 if len(result.guarded) < MAX_LISTED:
                     result.guarded.append(Finding(library=image.name, function=function, address=address,
                                                   instruction=dis.describe(section.data, offset, address),

@@ -274,7 +274,12 @@ def _build(
     reporter.stage("audit")
     from ..audit.gate import require_clean, summary
 
-    instruction_audit = summary(require_clean(wheel))  # a violation fails the build, nothing delivered
+    # a violation fails the build, nothing delivered; the build tree's unstripped libraries name the functions
+    audited_wheel = require_clean(wheel, symbol_dirs=(plan.build_dir,))
+    instruction_audit = summary(audited_wheel)
+    from ..audit.record import record_guarded
+
+    record_guarded(wheel, audited_wheel, plan.source_date_epoch)  # names of declared guarded code, for later audits
     for warning in instruction_audit["warnings"]:
         reporter.note(f"audit: {warning}")
     reporter.stage("finalize")
