@@ -189,3 +189,22 @@ def test_numpy_wheel_reports_its_documented_baseline_and_dispatch(tmp_path: Path
     assert any(name.endswith("_AVX512_SPR") or "AVX512_SPR" in name for name, f in dispatched.items() if f == "avx512_fp16")
     print(audit(wheel).stdout)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_publish_refuses_a_leaking_wheel_unless_no_audit(tmp_path: Path) -> None:
+    from cpubuild.index.wheelfile import write_wheel
+
+    require_tool("gcc")
+    (tmp_path / "b").mkdir()
+    root = build_dir(tmp_path / "b", "gcc", {"_lib_baseline.so": (KERNEL, ["-mavx2"])}, manifest("x86_64", [("baseline", [])]))
+    pkg = root / "pkg"
+    files = {f"pkg/{p.name}": p.read_bytes() for p in pkg.iterdir()}
+    whl = write_wheel(tmp_path, name="pkg", version="1.0", tag="py3-none-linux_x86_64", files=files)
+    index = tmp_path / "index"
+    cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", "publish", str(whl),
+           "--to", str(index), "--commit", "a" * 40]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    refused = run(cmd, env=env, check=False)
+    assert refused.returncode == 1 and "instruction audit found" in refused.stderr and "kernel_sum" in refused.stderr
+    assert not index.exists() or not any(index.iterdir())
+    assert run([*cmd, "--no-audit"], env=env, check=False).returncode == 0
