@@ -201,7 +201,9 @@ def audit_target(target: Path | str, *, extra_allow: tuple[Allow, ...] = (), all
             image = image.with_functions({n: (int(r[0]), int(r[1])) for n, r in entry.get("functions", {}).items()})
         role = roles.get(image.name, Role(kind="other" if manifests else "unmanaged"))
         allowed = _allowed(role, image.arch)
-        scan = scan_library(image, allowed, allow + extra_allow)
+        toolchain = tuple(Allow(symbol=p, reason=f"guarded by the toolchain: {r}")
+                          for p, r in tables(image.arch).guarded.items())
+        scan = scan_library(image, allowed, allow + extra_allow + toolchain)
         lib = LibraryAudit(role=role, scan=scan, image=image, allowed=tuple(sorted(allowed, key=tables(image.arch).rank)) if allowed is not None else None)
         if role.kind == "variant" and role.defining and not set(role.defining) & set(scan.by_feature):
             lib.warnings.append(f"variant {role.variant!r} never uses an instruction of its own features "

@@ -97,9 +97,15 @@ class Disassembler:
                 offset += ins.size
             if offset < len(code):
                 size = _s390x_length(code[offset])
-                name = self.tables.undecodable.get(code[offset], UNDECODABLE)
-                yield address + offset, size, frozenset((name,))
+                yield address + offset, size, self._s390x_undecodable(md, code[offset:offset + size])
                 offset += size
+
+    def _s390x_undecodable(self, md: Any, word: bytes) -> frozenset[str]:
+        if len(word) == 6 and word[0] == 0xE7 and word[4] & 0xF0:  # a z14 alignment hint on a z13 instruction?
+            for ins in md.disasm(word[:4] + bytes((word[4] & 0x0F,)) + word[5:], 0, 1):
+                groups = [ins.group_name(g) for g in ins.groups]
+                return frozenset(self.tables.disassembler.get(g, g) for g in groups if g != "jump") - {""}
+        return frozenset((self.tables.undecodable.get(word[0], UNDECODABLE),))
 
     # ------------------------------------------------------------------ text
     def describe(self, code: bytes, offset: int, address: int) -> str:

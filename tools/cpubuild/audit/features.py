@@ -31,6 +31,7 @@ class ArchTables:
     fp16_base: frozenset[str]
     undecodable: dict[int, str] = field(hash=False)  # first opcode byte -> name
     probe: dict[str, str] = field(hash=False)  # mnemonic the probe runs only after checking -> name
+    guarded: dict[str, str] = field(hash=False)  # symbol pattern the toolchain guards -> why
     baseline: frozenset[str]
     implied: dict[str, tuple[str, ...]] = field(hash=False)  # hardware feature -> extra names its CPUs have
     order: tuple[str, ...]  # hardware.toml's features of the arch, weakest first
@@ -82,6 +83,7 @@ def _compile(arch: str, raw: dict[str, Any], common: dict[str, Any]) -> ArchTabl
         fp16_base=frozenset(fp16.get("base", ())),
         undecodable={int(k, 16): v for k, v in raw.get("undecodable", {}).items()},
         probe=dict(raw.get("probe", {})),
+        guarded=dict(raw.get("guarded", {})),
         baseline=frozenset(common["baseline"].get(arch, ())),
         implied={k: tuple(v) for k, v in common.get("implied", {}).get(arch, {}).items()},
         order=tuple(hardware().features[arch]),

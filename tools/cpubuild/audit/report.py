@@ -38,10 +38,12 @@ def render_text(result: AuditResult) -> str:
             top = sorted(s.function_highest.items(), key=lambda kv: (-_rank(lib, kv[1]), kv[0]))[:3]
             lines.append("      highest per function: " + ", ".join(f"{fn} {feat}" for fn, feat in top)
                          + (f", ... ({len(s.function_highest):,} functions need more than the baseline)" if len(s.function_highest) > 3 else ""))
-        if s.guarded_count:
-            names = sorted({g.function for g in s.guarded})
-            lines.append(f"      guarded by the project: {s.guarded_count:,} instructions in {', '.join(names)} "
-                         f"({s.guarded[0].guarded_by})")
+        by_reason: dict[str, list[str]] = {}
+        for g in s.guarded:
+            by_reason.setdefault(g.guarded_by or "", []).append(g.function)
+        for reason, functions in by_reason.items():
+            who, _, why = reason.partition(": ") if reason.startswith("guarded by the toolchain") else ("guarded by the project", "", reason)
+            lines.append(f"      {who}: {len(functions):,} instructions in {', '.join(sorted(set(functions)))} ({why})")
         for warning in lib.warnings:
             lines.append(f"      warning: {warning}")
     shown = [v for lib in result.libraries for v in lib.scan.violations][:SHOWN_VIOLATIONS]
