@@ -3,6 +3,8 @@ assembled by GNU as (x86: Intel SDM vol. 2; Arm ARM; z/Architecture PoP)."""
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 from cpubuild.audit.disasm import UNDECODABLE, Disassembler
 from cpubuild.audit.features import tables
@@ -38,6 +40,7 @@ S390X = [
     ("e70010000006", "vl", {"vx"}),  # vector facility (z13)
     ("e701200020e3", "vfasb", {"vxe"}),  # vector-enhancements 1 (z14)
     ("e60010002006", "(bad)", {"vxe2"}),  # vlbrf: z15 vector-enhancements 2, newer than capstone 5 decodes
+    ("e700d0003006", "(bad)", {"vx"}),  # vl with a z14 alignment hint: a z13 ignores the hint
 ]
 
 
@@ -80,6 +83,12 @@ def test_every_mapped_name_is_a_hardware_feature_or_declared_extra() -> None:
         unknown = {n for n in mapped - {""} if n not in known and n not in extras}
         assert unknown <= {"pac"}, (arch, unknown)  # pac: only hint-space forms are emitted, and those are NOPs
         assert set(t.implied) <= known and t.baseline <= known
+
+
+def test_toolchain_guarded_helpers_are_data() -> None:
+    guarded = tables("aarch64").guarded
+    assert any(fnmatch.fnmatchcase("__aarch64_ldadd4_acq_rel", p) for p in guarded)
+    assert not tables("x86_64").guarded
 
 
 def test_allowed_sets() -> None:
