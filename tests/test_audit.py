@@ -59,6 +59,7 @@ def test_baseline_built_with_a_leaked_mavx2_is_caught(tmp_path: Path) -> None:
         "_lib_avx2.so": (KERNEL, ["-mavx2", "-mfma"]),
     }, manifest("x86_64", [("baseline", []), ("avx2", ["avx", "fma", "avx2"])]))
     proc = audit(root)
+    print(proc.stdout)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "pkg/_lib_baseline.so  kernel_sum" in proc.stdout and "needs avx" in proc.stdout
     assert "pkg/_lib_avx2.so  [variant avx2]" in proc.stdout and "_lib_avx2.so  kernel_sum" not in proc.stdout
@@ -70,8 +71,10 @@ def test_common_source_compiled_with_variant_flags_in_the_baseline_is_caught(tmp
     common.write_text("float common_scale(float *a, int n, float f) { for (int i = 0; i < n; i++) a[i] *= f; return a[0]; }\n")
     obj = tmp_path / "common.o"
     run(["gcc", "-O3", "-fPIC", "-c", "-mavx512f", str(common), "-o", str(obj)])  # once, with the top variant's flags
-    root = build_dir(tmp_path, "gcc", {"_lib_baseline.so": (KERNEL, [str(obj)])}, manifest("x86_64", [("baseline", [])]))
+    (tmp_path / "w").mkdir()
+    root = build_dir(tmp_path / "w", "gcc", {"_lib_baseline.so": (KERNEL, [str(obj)])}, manifest("x86_64", [("baseline", [])]))
     proc = audit(root)
+    print(proc.stdout)
     assert proc.returncode == 1 and "common_scale" in proc.stdout and "needs avx512f" in proc.stdout, proc.stdout
 
 
@@ -87,6 +90,7 @@ int32x4_t dot_block(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(
         "_lib_neon_dotprod.so": (source, ["-march=armv8.2-a+dotprod+fp16"]),
     }, manifest("aarch64", [("neon", []), ("neon_dotprod", ["asimd", "asimdhp", "asimddp"])]))
     proc = audit(root)
+    print(proc.stdout)
     assert proc.returncode == 1, proc.stdout
     assert "pkg/_lib_neon.so  dot_block" in proc.stdout and "sdot" in proc.stdout and "needs asimddp" in proc.stdout
     assert "_lib_neon_dotprod.so  dot_block" not in proc.stdout

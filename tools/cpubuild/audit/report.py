@@ -54,7 +54,7 @@ def render_text(result: AuditResult) -> str:
             lines.append(f"  ... {result.violations - len(shown):,} more (--json lists up to 200 per library)")
     if result.manifest:
         lines.append("PASS: every library needs only what its dispatcher checks" if result.ok
-                     else f"FAIL: {result.violations:,} instructions need features their library's selection does not check")
+                     else f"FAIL: {result.violations:,} instruction(s) need features their library's selection does not check")
     return "\n".join(lines)
 
 
