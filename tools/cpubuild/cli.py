@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("ci", "Render the project's release pipeline from its ISA matrix."),
     "image": ("image", "Build per-ISA, multi-arch container images."),
     "base-image": ("base_image", "Build a Debian base image from debootstrap (no registry needed)."),
+    "audit": ("audit", "Prove per instruction that each library needs only the CPU features its dispatcher checks."),
     "bench": ("bench", "Run the project's benchmark on every variant this host runs."),
 }
 

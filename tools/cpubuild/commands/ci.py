@@ -234,6 +234,8 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase], pipe: Pipeline)
         "steps": [
             *_setup(pipe, extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),
             {"name": "Build", "run": "cpubuild wheel --arch ${{ matrix.arch }} --out wheelhouse --json\n"},
+            # the build already fails on a violation; this prints what each variant's code needs
+            {"name": "Audit instructions", "run": "cpubuild audit wheelhouse/*.whl\n"},
             {"uses": UPLOAD, "with": {"name": "wheels-${{ matrix.arch }}", "path": "wheelhouse/*.whl", "if-no-files-found": "error"}},
         ],
     }

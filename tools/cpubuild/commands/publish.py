@@ -21,7 +21,9 @@ from ..index.wheelfile import read_wheel
 @click.option("--variant", default="cpu", show_default=True, help="Index tree name below the commit (cpu, ...).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def command(wheels: tuple[Path, ...], dest: str, commit: str | None, channel: str | None, variant: str, as_json: bool, quiet: bool) -> None:
+@click.option("--no-audit", is_flag=True, help="Skip the instruction audit of each wheel (docs/audit.md).")
+def command(wheels: tuple[Path, ...], dest: str, commit: str | None, channel: str | None, variant: str, as_json: bool, quiet: bool,
+            no_audit: bool) -> None:
     """Publish wheels into a PEP 503/691 index keyed by commit.
 
     Every wheel is stored once under DEST/<commit>/ with its .metadata file;
@@ -31,6 +33,11 @@ def command(wheels: tuple[Path, ...], dest: str, commit: str | None, channel: st
     """
     sha = resolve_commit(commit)
     infos = [read_wheel(path) for path in wheels]
+    if not no_audit:  # audited here, from each wheel's own manifest: no record to trust or forge
+        from ..audit.gate import require_clean
+
+        for path in wheels:
+            require_clean(path)
     storage = open_storage(dest)
     report = publish(storage, infos, commit=sha, variant=variant, channel=channel)  # type: ignore[arg-type]
     if as_json:
