@@ -15,10 +15,10 @@ from urllib.parse import unquote
 from packaging.utils import canonicalize_name
 
 from .client import _Links
-from .names import parse_wheel_name
+from .names import IndexInputError, parse_wheel_name
 from .pages import API_VERSION, PageStateError, parse_list_json, parse_project_json
 from .storage import Storage
-from .wheelfile import metadata_fields, sha256_hex
+from .wheelfile import metadata_fields, read_wheel_bytes, sha256_hex
 
 UPLOAD_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -30,6 +30,7 @@ class TreeReport:
     files: dict[str, str] = field(default_factory=dict)  # filename -> sha256, from the JSON pages
     html_files: dict[str, str] = field(default_factory=dict)  # filename -> sha256, from the HTML pages
     problems: list[str] = field(default_factory=list)
+    checked_wheels: set[str] = field(default_factory=set)  # keys whose whole archive was verified
 
 
 def pep691_project_problems(doc: Any) -> list[str]:
@@ -99,6 +100,12 @@ def _check_file(storage: Storage, page_dir: str, filename: str, url: str, sha: s
         report.problems.append(f"{page_dir}: {key} has sha256 {sha256_hex(blob.data)}, the page says {sha}")
     if size is not None and len(blob.data) != size:
         report.problems.append(f"{page_dir}: {key} has {len(blob.data)} bytes, the page says {size}")
+    if filename.endswith(".whl") and key not in report.checked_wheels:
+        report.checked_wheels.add(key)
+        try:
+            read_wheel_bytes(filename, blob.data)
+        except IndexInputError as exc:
+            report.problems.append(f"{page_dir}: {key} does not verify: {exc.message}")
     if meta_sha is not None:
         meta = storage.read(key + ".metadata")
         if meta is None:
