@@ -6,6 +6,7 @@ Used after a publish in tests and benchmarks, and handy after an incident.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from packaging.utils import canonicalize_name
 from .client import _Links
 from .names import IndexInputError, parse_wheel_name
 from .pages import API_VERSION, PageStateError, parse_list_json, parse_project_json
-from .storage import Storage
+from .storage import TEMP_PREFIX, LocalStorage, Storage
 from .wheelfile import metadata_fields, read_wheel_bytes, sha256_hex
 
 UPLOAD_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -172,3 +173,21 @@ def verify_tree(storage: Storage, tree: str) -> TreeReport:
             report.html_files[text] = sha
             _check_file(storage, page_dir, text, base, sha, None, core, report)
     return report
+
+
+def root_leftovers(storage: LocalStorage, *, repair: bool = False) -> list[str]:
+    """What does not belong below a local index root: temp files of an
+    interrupted publish (removed with `repair` once their writer is gone) and
+    symbolic links (reported only: publish and serve refuse to cross them)."""
+    if repair:
+        storage.sweep("")
+    problems: list[str] = []
+    for top, dirs, files in os.walk(storage.root, followlinks=False):
+        for name in sorted(dirs + files):
+            path = os.path.join(top, name)
+            key = os.path.relpath(path, storage.root)
+            if os.path.islink(path):
+                problems.append(f"{key}: a symbolic link below the index root")
+            elif name.startswith(TEMP_PREFIX):
+                problems.append(f"{key}: a temp file left by an interrupted publish")
+    return problems
