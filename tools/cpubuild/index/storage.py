@@ -242,7 +242,8 @@ class LocalStorage:
     def sweep(self, directory: str, *, max_age_s: float = STALE_TEMP_AGE_S) -> list[str]:
         """Removes temp files an interrupted publish left below `directory`
         (its writer's lock is free, and the writer is dead or the file old);
-        returns their keys. Links are neither followed nor removed."""
+        returns their keys. A link below it is refused (IndexBoundaryError):
+        publish sweeps before it writes, so it refuses before writing."""
         removed: list[str] = []
         try:
             dfd = self._open_dir(self._parts(directory) if directory else [], create=False)
@@ -257,6 +258,8 @@ class LocalStorage:
     def _sweep_fd(self, dfd: int, directory: str, max_age_s: float, removed: list[str]) -> None:
         for entry in os.scandir(dfd):
             key = f"{directory}/{entry.name}" if directory else entry.name
+            if entry.is_symlink():
+                raise self._boundary(key.split("/"), "a symbolic link")
             if entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
                     child = os.open(entry.name, _DIR_FLAGS, dir_fd=dfd)

@@ -6,6 +6,7 @@ Used after a publish in tests and benchmarks, and handy after an incident.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -18,7 +19,7 @@ from packaging.utils import canonicalize_name
 from .client import _Links
 from .names import IndexInputError, parse_wheel_name
 from .pages import API_VERSION, PageStateError, parse_list_json, parse_project_json
-from .storage import TEMP_PREFIX, LocalStorage, Storage
+from .storage import TEMP_PREFIX, IndexBoundaryError, LocalStorage, Storage
 from .wheelfile import metadata_fields, read_wheel_bytes, sha256_hex
 
 UPLOAD_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -180,7 +181,8 @@ def root_leftovers(storage: LocalStorage, *, repair: bool = False) -> list[str]:
     interrupted publish (removed with `repair` once their writer is gone) and
     symbolic links (reported only: publish and serve refuse to cross them)."""
     if repair:
-        storage.sweep("")
+        with contextlib.suppress(IndexBoundaryError):  # links are reported below, never removed
+            storage.sweep("")
     problems: list[str] = []
     for top, dirs, files in os.walk(storage.root, followlinks=False):
         for name in sorted(dirs + files):
