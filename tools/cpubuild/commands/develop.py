@@ -26,7 +26,7 @@ from packaging import tags
 from packaging.version import Version
 
 from ..errors import CpubuildError, ToolMissingError, UsageError
-from ..index.client import RemoteFile, as_url, fetch, project_files
+from ..index.client import RemoteFile, as_url, fetch, project_files, redact
 from ..index.names import NIGHTLY, IndexInputError, check_variant, parse_wheel_name, resolve_commit
 from ..index.precompiled import LIBRARY, FileInTheWayError, members_to_extract, place_products
 from ..index.wheelfile import read_wheel_bytes, sha256_hex, write_wheel
@@ -213,7 +213,7 @@ def command(precompiled: bool, index_url: str | None, commit: str | None, varian
         tree_url = f"{root}{cand.tree}/{variant}/"
         files = project_files(tree_url, checkout.name)
         chosen = choose_wheel(files or [], supported, checkout.name)
-        tried.append(f"  {tree_url}{checkout.name}/ ({cand.why}): " + ("no page" if files is None else "no wheel for this host" if chosen is None else "ok"))
+        tried.append(f"  {redact(tree_url)}{checkout.name}/ ({cand.why}): " + ("no page" if files is None else "no wheel for this host" if chosen is None else "ok"))
         if chosen is not None:
             break
     else:
@@ -223,13 +223,14 @@ def command(precompiled: bool, index_url: str | None, commit: str | None, varian
         )
     got = fetch(chosen.url)
     if got is None:
-        raise PrecompiledNotFoundError(f"{chosen.url} is listed but missing")
+        raise PrecompiledNotFoundError(f"{redact(chosen.url)} is listed but missing")
     data = got[0]
     if chosen.sha256 and sha256_hex(data) != chosen.sha256:
-        raise CpubuildError(f"{chosen.url}: sha256 {sha256_hex(data)} does not match the index ({chosen.sha256})")
+        raise CpubuildError(f"{redact(chosen.url)}: sha256 {sha256_hex(data)} does not match the index ({chosen.sha256})")
     read_wheel_bytes(chosen.filename, data)  # a real wheel, before any file is touched
     members = extract_binaries(data, checkout, force=force)
-    record = {"index": root, "tree": cand.tree, "variant": variant, "wheel": chosen.filename, "url": chosen.url, "sha256": sha256_hex(data)}
+    record = {"index": redact(root), "tree": cand.tree, "variant": variant, "wheel": chosen.filename, "url": redact(chosen.url),
+              "sha256": sha256_hex(data)}
     install_editable(python, checkout, version, record)
     where = check_import(python, checkout)
     manifest = json.loads((checkout.source / "_manifest.json").read_text())
