@@ -78,7 +78,7 @@ def probe_host(lib: ctypes.CDLL, specs: Mapping[str, Mapping[str, Any]]) -> tupl
 
 
 # What every manifest holds, and the type each must have (the rest is optional).
-REQUIRED = {"env_prefix": str, "arch": str, "probe": str, "features": (list, dict), "variants": list}
+REQUIRED: dict[str, type | tuple[type, ...]] = {"env_prefix": str, "arch": str, "probe": str, "features": (list, dict), "variants": list}
 
 
 def read_manifest(path: Path, package: str) -> dict[str, Any]:
