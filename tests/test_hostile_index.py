@@ -189,6 +189,7 @@ def _publish_proc(wheels: list[Path], root: Path, commit: str) -> subprocess.Pop
     )
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_20_wheel_publish_leaves_nothing_the_next_publish_keeps(tmp_path: Path) -> None:
     rng = random.Random(21)
     wheels = []
