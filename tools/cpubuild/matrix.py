@@ -240,6 +240,8 @@ def _read_flags(r: _Reader, families: tuple[str, ...]) -> dict[str, tuple[str, .
         if not isinstance(value, list) or not all(isinstance(f, str) and f for f in value):
             r.fail(key, f"must be a list of non-empty strings, got {value!r}")
         for flag in value:
+            if any(c.isspace() or not c.isprintable() for c in flag):
+                r.fail(key, f"{flag!r} holds whitespace or a control character; give one flag per string")
             if NATIVE_FLAG.match(flag):
                 r.fail(key, f"{flag} tunes the wheel to the build machine; name the ISA explicitly")
         if family != "default" and family not in families:
@@ -259,7 +261,7 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
         r = _Reader(path, f"variant {label!r}", table)
         r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags", "install-level"))
         name = r.get("name", str)
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):
             r.fail("name", f"{name!r} must be lower case letters, digits and '_' (it is part of a file name)")
         if name in RESERVED_NAMES:
             r.fail("name", f"{name!r} is reserved (reserved: {', '.join(RESERVED_NAMES)})")
