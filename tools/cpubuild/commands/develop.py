@@ -16,7 +16,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from ..index.client import RemoteFile, as_url, fetch, project_files
 from ..index.names import NIGHTLY, IndexInputError, check_variant, parse_wheel_name, resolve_commit
 from ..index.wheelfile import read_wheel_bytes, sha256_hex, write_wheel
 from ..project import Project, find_project
+from ..wheelbuild.tools import find_tool
 
 INDEX_ENV = "CPUBUILD_INDEX_URL"
 BASE_REFS = ("origin/main", "main")
@@ -189,7 +189,7 @@ def install_editable(python: str, checkout: Checkout, version: str, record: dict
         if has_pip:
             cmd = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", "--disable-pip-version-check", "-q", str(wheel)]
         else:
-            uv = shutil.which("uv")
+            uv = find_tool("uv")
             cmd = [uv, "pip"] if uv else [sys.executable, "-m", "uv", "pip"]
             cmd += ["install", "--python", python, "--no-deps", "--reinstall", "--offline", "-q", str(wheel)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)

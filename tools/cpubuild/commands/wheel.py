@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,12 @@ from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_option
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
 from ..wheelbuild.runner import execute
+from ..wheelbuild.tools import find_tool
 from ..wheelbuild.variantwheels import make_variant_wheels, plan_level_wheels
 
 
 def resolve_ccache(choice: str) -> str | None:
-    path = shutil.which("ccache")
+    path = find_tool("ccache")
     if choice == "off":
         return None
     if choice == "on" and path is None:
@@ -58,7 +58,7 @@ def plan_from_options(
         build_root=options.build_root or project.root / "build" / "cpubuild",
         # given paths are absolute by now; the default wheelhouse/ is the project's (where `cpubuild test --project` looks)
         out_dir=project.root / options.out,
-        frontend=(("uv" if shutil.which("uv") else "build") if options.frontend == "auto" else options.frontend),
+        frontend=(("uv" if find_tool("uv") else "build") if options.frontend == "auto" else options.frontend),
         isolated=isolated,
         jobs=options.jobs or os.cpu_count() or 1,
         ccache=resolve_ccache(options.ccache),
