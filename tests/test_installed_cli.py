@@ -13,9 +13,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import require
+from conftest import require, run
+from cpubuild.wheelbuild.install import install_commands
 from cpubuild.wheelbuild.tools import BESIDE, find_tool, interpreter_dirs, path_with_interpreter_dirs, tool_origin
-from public_cpubuild import PublicCpubuild, clean_env, public_cpubuild  # noqa: F401 (a fixture)
+from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 from test_licenses import assert_wheel_carries
 
 SYSTEM_PATH = "/usr/bin:/bin"
@@ -26,6 +27,16 @@ def test_interpreter_dirs_come_first_once() -> None:
     assert dirs and dirs[0] == str(Path(sys.executable).parent)
     path = path_with_interpreter_dirs(f"/usr/bin{os.pathsep}{dirs[0]}{os.pathsep}/bin")
     assert path.split(os.pathsep) == [*dirs, "/usr/bin", "/bin"]
+
+
+def test_install_commands_replace_the_installed_copy(tmp_path: Path) -> None:
+    wheel = tmp_path / "cli_demo-0.1.0+cpu-py3-none-manylinux_2_28_x86_64.whl"
+    (uv,) = install_commands(wheel, "/venv/bin/python", uv=["uv"])
+    assert uv == ["uv", "pip", "install", "-q", "--python", "/venv/bin/python", "--reinstall-package", "cli-demo", str(wheel)]
+    replace, deps = install_commands(wheel, "/venv/bin/python", uv=None)
+    assert replace[:5] == [sys.executable, "-m", "pip", "--python", "/venv/bin/python"]
+    assert "--force-reinstall" in replace and "--no-deps" in replace and replace[-1] == str(wheel)
+    assert "--force-reinstall" not in deps and deps[-1] == str(wheel)
 
 
 def test_a_tool_beside_the_interpreter_wins_over_path() -> None:
@@ -69,3 +80,12 @@ def test_wheel_through_an_unactivated_venv_with_system_path(public_cpubuild: Pub
     assert_wheel_carries(wheel)  # PEP 639 through scikit-build-core and cpubuild's re-zip
     with zipfile.ZipFile(wheel) as z:
         assert any(name.startswith("cli_demo/") and name.endswith(".so") for name in z.namelist())
+
+    # again (nothing changed: a no-op), installed into another venv; the path is the last stdout line
+    target = fresh_venv(tmp_path / "target")
+    proc = public_cpubuild.cli("wheel", "--project", str(project), "--isa", "baseline", "--build-root", str(tmp_path / "build"),
+                               "--install", str(target), cwd=tmp_path, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == str(wheel)
+    report = json.loads(run([str(target), "-m", "cli_demo", "--json"], cwd=tmp_path, env=clean_env()).stdout)
+    assert report["selected"] == "baseline"

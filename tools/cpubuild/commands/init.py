@@ -182,5 +182,5 @@ def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], lice
         click.echo(f"wrote {directory / rel}")
     click.echo(f"\n{names.dist}: {kind} project, package {names.package}, variants for {', '.join(chosen)}, "
                f"{names.prefix}_ISA forces a variant. Next:")
-    click.echo(f"  cpubuild wheel --project {directory}" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
-    click.echo(f"  pip install {directory}/wheelhouse/{names.wheel_name}-*.whl pytest && (cd {directory} && pytest)")
+    click.echo(f"  cpubuild wheel --project {directory} --install python3" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
+    click.echo(f"  python3 -m pip install pytest && (cd {directory} && python3 -m pytest)")
