@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import require, run
+from conftest import REPO, require, run
 from cpubuild.wheelbuild.install import install_commands
 from cpubuild.wheelbuild.tools import BESIDE, find_tool, interpreter_dirs, path_with_interpreter_dirs, tool_origin
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
@@ -44,6 +44,14 @@ def test_a_tool_beside_the_interpreter_wins_over_path() -> None:
     assert python is not None and Path(python).parent == Path(sys.executable).parent
     assert tool_origin(python) == BESIDE
     assert tool_origin("/nonexistent/bin/tool") == "PATH"
+
+
+def test_bench_python_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", "bench",
+           "--project", str(REPO / "examples" / "dotlib"), "--python", str(tmp_path / "nope" / "python")]
+    proc = run(cmd, env={**os.environ, "PYTHONPATH": str(REPO / "tools")}, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: --python {tmp_path / 'nope' / 'python'}: no such interpreter"
 
 
 def unactivated_env(public: PublicCpubuild) -> dict[str, str]:
@@ -89,3 +97,10 @@ def test_wheel_through_an_unactivated_venv_with_system_path(public_cpubuild: Pub
     assert proc.stdout.splitlines()[-1] == str(wheel)
     report = json.loads(run([str(target), "-m", "cli_demo", "--json"], cwd=tmp_path, env=clean_env()).stdout)
     assert report["selected"] == "baseline"
+
+    # `cpubuild bench --python`: the package lives only in the target venv; report and benchmark run there
+    proc = public_cpubuild.cli("bench", "--project", str(project), "--python", str(target), "--no-roofline", "--json",
+                               cwd=tmp_path, env=env, check=False, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(proc.stdout[proc.stdout.find("{"):])["records"]
+    assert records and {r["variant"] for r in records} == {"baseline"}
