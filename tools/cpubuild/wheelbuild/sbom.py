@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import uuid
 import zipfile
@@ -37,6 +38,7 @@ from .cache import cache_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # cpubuild's own files (its CMake package, runtime)
 NAMESPACE = uuid.UUID("6f1c2a52-3b0e-5d0c-9a51-7c1f0b8e2d40")  # serial numbers: uuid5(NAMESPACE, content hash)
+UNITY_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ"}  # per-object outputs, not flags
 
 
@@ -101,8 +103,7 @@ def variant_compiles(build_dir: Path, project: Path, target: str) -> tuple[tuple
     path = build_dir / "compile_commands.json"
     if not path.is_file():
         return (), ()
-    roots = {str(project.resolve()): "{project}", str(build_dir.resolve()): "{build}", str(PACKAGE_DIR): "{cpubuild}",
-             str(cache_dir().resolve()): "{cache}"}
+    roots = path_roots(project, build_dir)
     common = target.rsplit("_", 1)[0] + "_common"  # <name>_common: objects every variant links
     flags: dict[str, None] = {}
     sources: set[str] = set()
@@ -114,16 +115,31 @@ def variant_compiles(build_dir: Path, project: Path, target: str) -> tuple[tuple
         file = Path(entry["file"])
         file = file if file.is_absolute() else Path(entry["directory"]) / file
         sources.add(relative(str(file.resolve()), roots).removeprefix("{project}/"))
+        if "/Unity/unity_" in file.as_posix() and file.is_file():  # CMake unity sources: the files they include
+            for included in UNITY_INCLUDE.findall(file.read_text(encoding="utf-8", errors="replace")):
+                sources.add(relative(str(Path(included).resolve()), roots).removeprefix("{project}/"))
     return tuple(flags), tuple(sorted(sources))
 
 
+def path_roots(project: Path, build_dir: Path) -> dict[str, str]:
+    """Absolute directories -> the names the SBOM gives them (stable across checkouts and build directories)."""
+    return {str(project.resolve()): "{project}", str(build_dir.resolve()): "{build}", str(PACKAGE_DIR): "{cpubuild}",
+            str(cache_dir().resolve()): "{cache}"}
+
+
 def hash_sources(paths: Iterable[str], project: Path, build_dir: Path) -> dict[str, str]:
+    """SHA-256 per source; generated files (in the build directory) hashed with their absolute paths mapped."""
+    roots = path_roots(project, build_dir)
     hashes: dict[str, str] = {}
     for rel in sorted(set(paths)):
         base, _, tail = rel.partition("/")
         real = (build_dir / tail) if base == "{build}" else (project / rel)
-        if real.is_file():
-            hashes[rel] = _sha256(real.read_bytes())
+        if not real.is_file():
+            continue
+        data = real.read_bytes()
+        if base == "{build}":
+            data = relative(data.decode("utf-8", "surrogateescape"), roots).encode("utf-8", "surrogateescape")
+        hashes[rel] = _sha256(data)
     return hashes
 
 
