@@ -20,7 +20,7 @@ from typing import Any
 
 import oracle
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, assert_not_killed, require, require_host, require_tool
+from conftest import CPUKERN_MATRIX, REPO, assert_not_killed, require, require_host, require_tool, skip_host_fact
 from cpubuild.matrix import load_matrix
 from oracle import ARCH, oracle_features
 
@@ -121,8 +121,25 @@ def test_every_variant_the_compiler_supports_is_built(report: dict[str, Any]) ->
     assert built_names(report) == gcc_variants
 
 
-def test_text_report_explains_every_variant(installed: Path, work: Path, report: dict[str, Any]) -> None:
+def test_concise_text_report(installed: Path, work: Path, report: dict[str, Any]) -> None:
+    """The default text: a few lines (selected and why, built/runnable, the best it cannot run), no feature list."""
     proc = run_python(["-m", "cpukern"], cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 6, proc.stdout
+    assert f"selected: {report['selected']} (" in proc.stdout
+    runnable = [v["name"] for v in report["variants"] if v["built"] and v["supported"]]
+    assert f"this CPU runs: {', '.join(runnable)}" in proc.stdout
+    assert "features not found" not in proc.stdout
+    blocked = next((v for v in report["variants"] if v["built"] and not v["supported"]), None)
+    if blocked is not None:
+        line = next(line for line in lines if line.startswith("best it cannot run: "))
+        assert line.startswith(f"best it cannot run: {blocked['name']}, missing ")
+        assert all(feature in line for feature in blocked["missing"])
+
+
+def test_text_report_explains_every_variant(installed: Path, work: Path, report: dict[str, Any]) -> None:
+    proc = run_python(["-m", "cpukern", "--verbose"], cwd=work)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     found_line = next(line for line in text.splitlines() if line.startswith("features found:"))
@@ -160,6 +177,19 @@ def test_forced_amx_on_a_host_without_it(installed: Path, work: Path, report: di
     data = json.loads(run_python(["-m", "cpukern", "--json"], cwd=work, env=clean_env(CPUKERN_ISA="amx")).stdout)
     assert data["selected"] is None and data["override"] == "amx" and "amx_tile" in data["error"]
     assert {v["name"] for v in data["variants"] if v["supported"] and v["built"]} == set(oracle_ranking(built_names(report)))
+
+
+def test_load_variant_errors_name_the_call_not_the_environment(installed: Path, work: Path, report: dict[str, Any]) -> None:
+    """No CPUKERN_ISA set: a refused load_variant('x') says load_variant('x'), not CPUKERN_ISA=x."""
+    unsupported = [v["name"] for v in report["variants"] if v["built"] and not v["supported"]]
+    if not unsupported:
+        skip_host_fact("this CPU runs every built variant")
+    name = unsupported[-1]
+    script = (f"import cpukern._dispatch as d\ntry:\n    d.load_variant({name!r})\n"
+              "except RuntimeError as exc:\n    print(exc)\n")
+    text = run_python(["-c", script], cwd=work, env=clean_env()).stdout
+    assert text.startswith(f"load_variant({name!r}): this CPU cannot run variant {name!r}"), text
+    assert "CPUKERN_ISA" not in text
 
 
 def test_import_stays_lazy_when_the_forced_variant_cannot_run(installed: Path, work: Path, report: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from cpubuild.matrix import load_matrix
 from cpubuild.wheelbuild import repair
 from oracle import oracle_features, oracle_ranking
 from packaging.utils import parse_wheel_filename
+from test_licenses import assert_wheel_carries
 
 MATRIX = load_matrix(REPO / "isa_matrix.toml")
 ARCH = "x86_64"
@@ -136,6 +137,12 @@ def test_subset_wheel_holds_exactly_baseline_and_the_subset(subset_wheel: dict[s
     with zipfile.ZipFile(wheel) as z:
         manifest = json.loads(z.read("cpukern/_manifest.json"))
     assert {v["name"] for v in manifest["variants"] if v["built"]} == {baseline, SUBSET}
+
+
+@pytest.mark.slow
+def test_subset_wheel_carries_the_licence(subset_wheel: dict[str, Any]) -> None:
+    """PEP 639: License-Expression, License-File and .dist-info/licenses/LICENSE survive auditwheel and re-zipping."""
+    assert_wheel_carries(Path(subset_wheel["wheel"]["path"]))
 
 
 @pytest.mark.slow

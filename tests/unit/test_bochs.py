@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -61,8 +60,8 @@ def test_serial_output_is_split_by_command() -> None:
 
 
 def test_missing_tools_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_which = shutil.which
-    monkeypatch.setattr(bochs.shutil, "which", lambda name: None if name == "bochs-bin" else real_which(name))
+    real_find = bochs.find_tool
+    monkeypatch.setattr(bochs, "find_tool", lambda name: None if name == "bochs-bin" else real_find(name))
     with pytest.raises(ToolMissingError) as info:
         bochs.check_tools()
     assert "bochs-bin" in info.value.message

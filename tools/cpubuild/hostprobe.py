@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from pathlib import Path
 from .hardware import hardware, host_arch
 from .runtime.dispatch import probe_host
 from .wheelbuild.cache import cache_dir, digest
+from .wheelbuild.tools import find_tool
 
 PROBE_SOURCE = Path(__file__).with_name("runtime") / "probe.c"
 
@@ -50,7 +50,7 @@ def match_flags(feature_names: Iterable[str], flags: Iterable[str], aliases: dic
 def compile_probe() -> Path | None:
     """The host's probe library (built once per compiler and source, cached)."""
     cc = os.environ.get("CC", "").split()[:1] or ["cc"]
-    exe = shutil.which(cc[0]) or shutil.which("gcc")
+    exe = find_tool(cc[0]) or find_tool("gcc")
     if exe is None:
         return None
     source = PROBE_SOURCE.read_bytes()

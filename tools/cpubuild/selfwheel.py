@@ -60,7 +60,7 @@ def _metadata_text(dist: metadata.Distribution) -> str:
     message = dist.metadata
     version = (message.get_all("Metadata-Version") or ["2.1"])[0]
     lines = [f"Metadata-Version: {version}", "Name: cpubuild", f"Version: {__version__}"]
-    for key in ("Summary", "Requires-Python"):
+    for key in ("Summary", "Requires-Python", "License-Expression"):
         lines += [f"{key}: {value}" for value in message.get_all(key) or []][:1]
     lines += [f"Provides-Extra: {extra}" for extra in message.get_all("Provides-Extra") or []]
     lines += [f"Requires-Dist: {req}" for req in dist.requires or []]

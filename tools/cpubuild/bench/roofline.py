@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hardware import Peak, hardware
+from ..wheelbuild.tools import find_tool
 
 PROBE_SOURCE = Path(__file__).with_name("peak.c")
 # -O1: GCC 12's -O2 scheduler spills and copies the twelve SSE accumulator
@@ -404,7 +404,7 @@ def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str]
     ladder: tuple[Bandwidth, ...] = ()
     ladder_from: tuple[str, ...] = ()
     with tempfile.TemporaryDirectory(prefix="cpubuild-peak-") as tmp:
-        if shutil.which(cc) is None:
+        if find_tool(cc) is None:
             notes.append(f"no C compiler ({cc}): the probe was not built, no peaks measured")
         else:
             for v in variants:

@@ -1,4 +1,4 @@
-"""`cpubuild bench [--variants a,b] [--json] [--plot F] [BENCHMARK ARGS...]`
+"""`cpubuild bench [--variants a,b] [--python PATH] [--json] [--plot F] [BENCHMARK ARGS...]`
 
 Runs the project's declared benchmark ([tool.cpubuild] benchmark, a script in
 the project) over every variant of the installed package this CPU runs, in one
@@ -35,12 +35,13 @@ from ..bench import targets as bench_targets
 from ..bench.plot import group, speedup_ladder
 from ..errors import BenchmarkError, ToolMissingError, UsageError
 from ..project import Project, find_project
+from ..wheelbuild.tools import find_user_program
 
 
-def runnable_variants(package: str) -> list[str]:
-    """Variants of the package installed in this Python that this CPU runs, lowest priority first
+def runnable_variants(package: str, python: str = sys.executable) -> list[str]:
+    """Variants of the package installed in `python` that this CPU runs, lowest priority first
     (from its own report, `python -m <package> --json`)."""
-    return runnable_in(package_report(package))
+    return runnable_in(package_report(package, python))
 
 
 def runnable_in(report: dict[str, Any]) -> list[str]:
@@ -48,20 +49,30 @@ def runnable_in(report: dict[str, Any]) -> list[str]:
     return [v["name"] for v in sorted(rows, key=lambda v: int(v["priority"]))]
 
 
-def package_report(package: str) -> dict[str, Any]:
+def package_report(package: str, python: str = sys.executable) -> dict[str, Any]:
     """The installed package's own report (`python -m <package> --json`): its dispatcher's view of this host."""
-    proc = subprocess.run([sys.executable, "-m", package, "--json"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([python, "-m", package, "--json"], capture_output=True, text=True, timeout=300)
     try:
         report: Any = json.loads(proc.stdout)
     except ValueError:
         tail = (proc.stderr.strip().splitlines() or ["no report"])[-1]
         raise ToolMissingError(
-            f"{package} is not installed (or not built) in this Python ({sys.executable}): {tail}",
-            detail="install it first, e.g. `cpubuild wheel` and `pip install wheelhouse/<wheel>`",
+            f"{package} is not installed (or not built) in this Python ({python}): {tail}",
+            detail=f"install it first, e.g. `cpubuild wheel --install {python}`",
         ) from None
     if not isinstance(report, dict):
         raise ToolMissingError(f"{package}'s report (python -m {package} --json) is not a JSON object")
     return report
+
+
+def resolve_python(value: str | None) -> str:
+    """--python: a path, or a name on the user's PATH; default: the interpreter running cpubuild."""
+    if value is None:
+        return sys.executable
+    found = value if os.sep in value else find_user_program(value)
+    if found is None or not Path(found).is_file() or not os.access(found, os.X_OK):
+        raise UsageError(f"--python {value}: no such interpreter")
+    return str(Path(found).absolute())
 
 
 def choose_variants(requested: str | None, runnable: Sequence[str]) -> list[str]:
@@ -76,11 +87,12 @@ def choose_variants(requested: str | None, runnable: Sequence[str]) -> list[str]
     return [v for v in runnable if v in wanted]  # priority order: the ladder reads left to right
 
 
-def measure(project: Project, variants: Sequence[str], args: Sequence[str], *, quiet: bool) -> dict[str, Any]:
+def measure(project: Project, variants: Sequence[str], args: Sequence[str], *, quiet: bool,
+            python: str = sys.executable) -> dict[str, Any]:
     config = project.config
     assert config.benchmark is not None
     script = project.root / config.benchmark.target
-    cmd = [sys.executable, str(script), *config.benchmark.args, "--variants", ",".join(variants), *args]
+    cmd = [python, str(script), *config.benchmark.args, "--variants", ",".join(variants), *args]
     proc = subprocess.run(cmd, env=timing.preload_env(), capture_output=True, text=True, cwd=project.root)
     if not quiet:
         sys.stderr.write(proc.stderr)
@@ -216,9 +228,11 @@ def render(result: dict[str, Any], variants: Sequence[str], limits: roofline.Lim
               help="Measure this host's limits (peaks, bandwidth) and each record's share of its bound (default: on).")
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
+@click.option("--python", "python_opt", default=None, metavar="PATH",
+              help="The interpreter the package is installed in; the benchmark runs there (default: cpubuild's).")
 @click.argument("benchmark_args", nargs=-1, type=click.UNPROCESSED)
 def command(variants_opt: str | None, as_json: bool, plot: Path | None, with_roofline: bool, project_dir: Path | None,
-            benchmark_args: tuple[str, ...]) -> None:
+            python_opt: str | None, benchmark_args: tuple[str, ...]) -> None:
     """Run the project's benchmark on every variant this host runs (other options go to the benchmark)."""
     project = find_project(project_dir)
     if project.config.benchmark is None:
@@ -234,9 +248,10 @@ def command(variants_opt: str | None, as_json: bool, plot: Path | None, with_roo
             import matplotlib  # noqa: F401
         except ImportError:
             raise ToolMissingError("--plot needs matplotlib: pip install 'cpubuild[bench]'") from None
-    report = package_report(project.config.package)
+    python = resolve_python(python_opt)
+    report = package_report(project.config.package, python)
     variants = choose_variants(variants_opt, runnable_in(report))
-    result = measure(project, variants, benchmark_args, quiet=False)
+    result = measure(project, variants, benchmark_args, quiet=False, python=python)
     limits = measure_limits(project, report, variants, result, quiet=False) if with_roofline else None
     if limits is not None:
         result["records"] = roofline.annotate(result["records"], limits)

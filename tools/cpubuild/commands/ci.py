@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from ..matrix import Matrix, MatrixError, load_matrix
 from ..project import Project, find_project
 from ..supplychain import install_spec
 from ..supplychain import pin_actions as pin_workflow
+from ..wheelbuild.tools import find_tool
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -390,7 +390,7 @@ def render_all(matrix: Matrix, ci_dir: Path, pipe: Pipeline) -> dict[str, str]:
 
 
 def lint(paths: list[Path]) -> None:
-    exe = shutil.which("actionlint")
+    exe = find_tool("actionlint")
     if exe is None:
         raise ToolMissingError(
             "actionlint is not installed",

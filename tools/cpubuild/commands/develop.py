@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from ..index.names import NIGHTLY, IndexInputError, check_variant, parse_wheel_n
 from ..index.precompiled import LIBRARY, FileInTheWayError, members_to_extract, place_products
 from ..index.wheelfile import read_wheel_bytes, sha256_hex, write_wheel
 from ..project import Project, find_project
+from ..wheelbuild.tools import find_tool
 
 INDEX_ENV = "CPUBUILD_INDEX_URL"
 BASE_REFS = ("origin/main", "main")
@@ -165,7 +165,7 @@ def install_editable(python: str, checkout: Checkout, version: str, record: dict
         if has_pip:
             cmd = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", "--disable-pip-version-check", "-q", str(wheel)]
         else:
-            uv = shutil.which("uv")
+            uv = find_tool("uv")
             cmd = [uv, "pip"] if uv else [sys.executable, "-m", "uv", "pip"]
             cmd += ["install", "--python", python, "--no-deps", "--reinstall", "--offline", "-q", str(wheel)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)

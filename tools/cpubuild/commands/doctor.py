@@ -9,7 +9,6 @@ needs is missing, else 0.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from ..project import VERSION_PROVIDER, Project, find_project
 from ..wheelbuild import frontend
 from ..wheelbuild.options import FRONTENDS
 from ..wheelbuild.report import dump_json
-from ..wheelbuild.tools import ToolStatus, apt_fix, check
+from ..wheelbuild.tools import ToolStatus, apt_fix, check, find_tool, tool_origin
 
 DOCS = "docs/project.md"
 
@@ -49,7 +48,8 @@ class Check:
 
 def from_status(section: str, status: ToolStatus, *, required: bool | None = None) -> Check:
     req = status.requirement
-    detail = status.problem or f"{status.version or 'found'} ({status.path})"
+    where = f"{status.path}, from {tool_origin(status.path)}" if status.path else "not found"
+    detail = status.problem or f"{status.version or 'found'} ({where})"
     return Check(section=section, name=req.name, ok=status.ok, detail=f"{detail} - {req.purpose}",
                  fix=None if status.ok else req.fix, required=req.required if required is None else required)
 
@@ -150,7 +150,7 @@ def cross_checks(matrix: Matrix, host: Host) -> list[Check]:
         if arch == host.arch:
             continue
         compiler = f"{info.triplet}-g++"
-        path = shutil.which(compiler)
+        path = find_tool(compiler)
         try:
             platform: str | None = select_platform(info, host).name
         except Exception:
@@ -162,7 +162,7 @@ def cross_checks(matrix: Matrix, host: Host) -> list[Check]:
 
 
 def docker_checks() -> list[Check]:
-    cli = shutil.which("docker")
+    cli = find_tool("docker")
     checks = [Check(section="docker", name="docker CLI", ok=cli is not None, detail=cli or "not found",
                     fix=None if cli else apt_fix("docker.io"), required=False)]
     if cli:
@@ -186,7 +186,7 @@ def qemu_checks(matrix: Matrix, host: Host) -> list[Check]:
     for arch, info in matrix.arches.items():
         if arch == host.arch:
             continue
-        exe = shutil.which(f"qemu-{info.qemu}-static")
+        exe = find_tool(f"qemu-{info.qemu}-static")
         checks.append(Check(section="qemu", name=f"qemu-{info.qemu}-static", ok=exe is not None, detail=exe or "not found",
                             fix=None if exe else apt_fix("qemu-user-static", "binfmt-support"), required=False))
         entry = BINFMT / f"qemu-{info.qemu}"

@@ -28,6 +28,8 @@ import click
 from .. import __version__
 from ..errors import CpubuildError, UsageError
 from ..hardware import hardware
+from ..licenses import DEFAULT as DEFAULT_LICENSE
+from ..licenses import license_text, spdx_expression
 from ..templates import read_template, render, render_project
 
 if sys.version_info >= (3, 11):
@@ -105,18 +107,25 @@ def variant_summary(matrix_text: str) -> str:
     return "; ".join(f"{arch}: {', '.join(names)}" for arch, names in per_arch.items())
 
 
-def project_files(names: Names, arches: tuple[str, ...], kind: str = "ctypes") -> dict[str, str]:
-    """Relative path -> content of every file of the new project."""
+def project_files(names: Names, arches: tuple[str, ...], kind: str = "ctypes",
+                  license: str = DEFAULT_LICENSE) -> dict[str, str]:
+    """Relative path -> content of every file of the new project (LICENSE for the ids cpubuild has a text for)."""
+    expression = spdx_expression(license)
+    text = license_text(expression, holder=f"The {names.dist} authors")
     values = {
+        "license": expression,
         "name": names.dist,
         "package": names.package,
         "prefix": names.prefix,
         "wheel_name": names.wheel_name,
         "cpubuild_requirement": cpubuild_requirement(),
     }
-    flags = {arch: arch in arches for arch in TEMPLATE_ARCHES}
+    flags = {arch: arch in arches for arch in TEMPLATE_ARCHES} | {"license_file": text is not None}
     values["variant_list"] = variant_summary(render(read_template(kind, "isa_matrix.toml.tmpl"), values, flags))
-    return render_project(kind, values, flags)
+    files = render_project(kind, values, flags)
+    if text is not None:
+        files["LICENSE"] = text
+    return files
 
 
 def check_target(directory: Path, files: dict[str, str], *, force: bool) -> None:
@@ -151,9 +160,12 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
               help="ctypes: a C kernel behind a ctypes binding; torch: torch.ops extensions (needs torch to build).")
 @click.option("--arch", "arches", multiple=True, metavar="ARCH[,ARCH]",
               help=f"Arches to write variants for (default: {','.join(TEMPLATE_ARCHES)}).")
+@click.option("--license", "license_id", default=DEFAULT_LICENSE, show_default=True, metavar="SPDX",
+              help="SPDX licence expression for pyproject.toml; Apache-2.0 and MIT also get their text as LICENSE.")
 @click.option("--force", is_flag=True, help="Write into a non-empty DIR (replacing files of the same names).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], force: bool, quiet: bool) -> None:
+def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], license_id: str, force: bool,
+            quiet: bool) -> None:
     """Create a new project in DIR: kernels, ISA variants, Python package, selftest, tests, README.
 
     The project builds as written: `cpubuild wheel --project DIR`, then
@@ -161,7 +173,7 @@ def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], forc
     """
     names = project_names(name)
     chosen = parse_arches(arches or (",".join(TEMPLATE_ARCHES),))
-    files = project_files(names, chosen, kind)
+    files = project_files(names, chosen, kind, license_id)
     check_target(directory, files, force=force)
     write_files(directory, files)
     if quiet:
@@ -170,5 +182,5 @@ def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], forc
         click.echo(f"wrote {directory / rel}")
     click.echo(f"\n{names.dist}: {kind} project, package {names.package}, variants for {', '.join(chosen)}, "
                f"{names.prefix}_ISA forces a variant. Next:")
-    click.echo(f"  cpubuild wheel --project {directory}" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
-    click.echo(f"  pip install {directory}/wheelhouse/{names.wheel_name}-*.whl pytest && (cd {directory} && pytest)")
+    click.echo(f"  cpubuild wheel --project {directory} --install python3" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
+    click.echo(f"  python3 -m pip install pytest && (cd {directory} && python3 -m pytest)")

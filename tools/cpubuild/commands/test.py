@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from ..emulate.torchsite import check_host_torch, ensure_torch_site
 from ..errors import EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..project import find_project
+from ..wheelbuild.tools import find_tool
 from ..wheelbuild.wheelzip import inspect
 
 AUTO = "auto"
@@ -160,7 +160,7 @@ def base_model(cpu: str) -> str:
 
 def qemu_models(qemu: str) -> list[str]:
     """CPU model names qemu-user knows for one arch (`-cpu help`)."""
-    exe = shutil.which(f"qemu-{qemu}-static") or shutil.which(f"qemu-{qemu}")
+    exe = find_tool(f"qemu-{qemu}-static") or find_tool(f"qemu-{qemu}")
     if exe is None:
         raise ToolMissingError(f"qemu-{qemu}-static is not installed", detail="fix: apt-get install qemu-user-static")
     out = subprocess.run([exe, "-cpu", "help"], capture_output=True, text=True, timeout=60).stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,17 @@ from ..platforms import Host, select_platform
 from ..project import Project, find_project
 from ..selfwheel import self_wheel
 from ..torchdist import TorchBuild
+from ..wheelbuild.install import install_wheel
 from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
 from ..wheelbuild.runner import execute
+from ..wheelbuild.tools import find_tool
 from ..wheelbuild.variantwheels import make_variant_wheels, plan_level_wheels
 
 
 def resolve_ccache(choice: str) -> str | None:
-    path = shutil.which("ccache")
+    path = find_tool("ccache")
     if choice == "off":
         return None
     if choice == "on" and path is None:
@@ -58,7 +59,7 @@ def plan_from_options(
         build_root=options.build_root or project.root / "build" / "cpubuild",
         # given paths are absolute by now; the default wheelhouse/ is the project's (where `cpubuild test --project` looks)
         out_dir=project.root / options.out,
-        frontend=(("uv" if shutil.which("uv") else "build") if options.frontend == "auto" else options.frontend),
+        frontend=(("uv" if find_tool("uv") else "build") if options.frontend == "auto" else options.frontend),
         isolated=isolated,
         jobs=options.jobs or os.cpu_count() or 1,
         ccache=resolve_ccache(options.ccache),
@@ -114,6 +115,8 @@ def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bo
 @click.option("--variant-wheels", is_flag=True, default=None,
               help="Also make PEP 825 variant wheels from the wheel (pyproject variant-wheels, CPUBUILD_VARIANT_WHEELS): one per install-time CPU level the variants map to "
                    "(x86-64 v1..v4; the matrix's install-level), plus `null`, and {name}-{version}-variants.json.")
+@click.option("--install", "install_into", is_flag=False, flag_value="", default=None, metavar="[PYTHON]",
+              help="Install the built wheel into PYTHON (default: the Python running cpubuild), replacing an installed copy.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
@@ -131,6 +134,7 @@ def command(
     clean: bool | None,
     torch: str | None,
     variant_wheels: bool | None,
+    install_into: str | None,
     quiet: bool,
     verbose: bool,
     as_json: bool,
@@ -153,12 +157,14 @@ def command(
         if as_json:
             click.echo(dump_json({"ok": False, "error": exc.message, "detail": exc.detail, "exit_code": exc.exit_code}))
         raise
+    if install_into is not None:
+        summary["installed_into"] = install_wheel(Path(summary["wheel"]["path"]), install_into or None)
     if as_json:
         click.echo(dump_json(summary))
     elif quiet:
-        click.echo(summary["wheel"]["path"])
         for extra in (summary.get("variant_wheels") or {}).get("wheels", []):
             click.echo(extra["path"])
+        click.echo(summary["wheel"]["path"])  # last line: `pip install "$(cpubuild wheel -q | tail -n1)"`
     else:
         click.echo(render_summary(summary))
         extras = summary.get("variant_wheels")
@@ -167,6 +173,9 @@ def command(
                 level = f"{extras['namespace']} level {extra['level']}" if extra["level"] else "no level detected"
                 click.echo(f"variant wheel {extra['label']:<14} ({level}): {', '.join(extra['variants'])}")
             click.echo(f"variants.json: {extras['variants_json']}")
+        if "installed_into" in summary:
+            click.echo(f"installed into {summary['installed_into']}")
+        click.echo(summary["wheel"]["path"])  # last line, for scripts: pip install "$(cpubuild wheel | tail -n1)"
 
 
 def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import random
 import re
-import shutil
 import struct
 import subprocess
 import tempfile
@@ -48,6 +47,7 @@ from typing import Any
 from ..contract import ContractError, ProjectConfig
 from ..errors import BuildFailedError, ToolMissingError
 from ..matrix import Matrix
+from ..wheelbuild.tools import find_tool
 from .bochs3 import Bochs3, ensure_bochs3, run_image
 
 Log = Callable[[str], None]
@@ -372,7 +372,7 @@ def _source_dir() -> Path:
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
+    path = find_tool(name)
     if path is None:
         raise ToolMissingError(f"{name} is not installed (the bare-metal AMX harness needs it)",
                                detail="fix: apt-get install g++ binutils")

@@ -48,6 +48,7 @@ from typing import BinaryIO
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import hardware
+from ..wheelbuild.tools import find_tool
 from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, locked, unpack_wheel
 
 Log = Callable[[str], None]
@@ -108,7 +109,7 @@ def guest_tree_spec() -> RootfsSpec:
 
 
 def check_tools() -> None:
-    missing = [t for t in ("bochs-bin", "xorriso", "apt-get", "dpkg-deb") if shutil.which(t) is None]
+    missing = [t for t in ("bochs-bin", "xorriso", "apt-get", "dpkg-deb") if find_tool(t) is None]
     missing += [str(p) for p in (*ISOLINUX_FILES, BIOS, VGABIOS) if not p.is_file()]
     if missing:
         raise ToolMissingError(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
+from ..wheelbuild.tools import find_tool
 from .rootfs import cache_dir, debian_mirror, install_tree, locked
 
 Log = Callable[[str], None]
@@ -106,8 +107,8 @@ def ensure_bochs3(cache: Path | None = None, log: Log = print) -> Bochs3:
         return Bochs3(root=root)
     if os.geteuid() != 0:
         raise UsageError(f"making the Bochs 3.0 tree needs root (debootstrap, chroot); none cached at {root}")
-    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
-    if shutil.which("debootstrap") is None or chroot is None:
+    chroot = find_tool("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
+    if find_tool("debootstrap") is None or chroot is None:
         raise ToolMissingError("debootstrap is not installed (needed once for the Bochs 3.0 tree)",
                                detail="fix: apt-get install debootstrap")
     with locked(base / f"{SUITE}.lock"):

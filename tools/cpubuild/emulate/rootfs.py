@@ -29,6 +29,7 @@ from typing import Any
 from .. import unpack
 from ..errors import BuildFailedError, ToolMissingError, UsageError
 from ..hardware import Arch
+from ..wheelbuild.tools import find_tool
 
 DEFAULT_CACHE = Path("/var/cache/cpubuild")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -156,7 +157,7 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
         return root
     if os.geteuid() != 0:
         raise UsageError(f"making the {spec.name} rootfs needs root (debootstrap, chroot); none cached at {root}")
-    if shutil.which("debootstrap") is None:
+    if find_tool("debootstrap") is None:
         raise ToolMissingError("debootstrap is not installed", detail="fix: apt-get install debootstrap")
     check_can_run(spec.qemu)
     with locked(base / f"{spec.name}.lock"):
@@ -242,12 +243,12 @@ class Emulator:
 
     def command(self, python_args: Sequence[str], *, host_python: str) -> list[str]:
         if self.root is None:
-            qemu = shutil.which(f"qemu-{self.qemu}-static") or shutil.which(f"qemu-{self.qemu}")
+            qemu = find_tool(f"qemu-{self.qemu}-static") or find_tool(f"qemu-{self.qemu}")
             if qemu is None:
                 raise ToolMissingError(f"qemu-{self.qemu}-static is not installed", detail="fix: apt-get install qemu-user-static")
             return [qemu, "-cpu", self.cpu, host_python, *python_args]
         # binfmt runs the tree's ELF files through qemu; QEMU_CPU picks the model
-        chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
+        chroot = find_tool("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
         if chroot is None:
             raise ToolMissingError("chroot is not installed", detail="fix: apt-get install coreutils")
         return [chroot, str(self.root), "/usr/bin/python3", *python_args]

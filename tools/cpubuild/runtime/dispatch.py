@@ -201,16 +201,18 @@ class Dispatcher:
         """Name of the variant this package uses on this host."""
         return self.selection().selected
 
-    def check_runnable(self, name: str) -> None:
-        """Raises unless variant `name` is built and this CPU can run it."""
+    def check_runnable(self, name: str, *, source: str | None = None) -> None:
+        """Raises unless variant `name` is built and this CPU can run it; the error
+        names `source`, the request (default: this call, not the environment)."""
+        source = source or f"check_runnable({name!r})"
         names = [v["name"] for v in self.variants()]
         built = self.built_variants()
         if name not in built:
-            raise UnknownISAError(name, built, known=name in names, env=self.force_env)
+            raise UnknownISAError(name, built, known=name in names, source=source)
         wanted = next(v for v in self.variants() if v["name"] == name)
         lacking = [f for f in wanted["requires"] if f not in self.host().features.found]
         if lacking:
-            raise UnsupportedISAError(name, lacking, env=self.force_env)
+            raise UnsupportedISAError(name, lacking, source=source)
 
     def supported_variants(self) -> list[str]:
         """Built variants this CPU can run, lowest priority first."""
@@ -231,7 +233,7 @@ class Dispatcher:
         with self._lock:
             libs: dict[str, Any] = self._state.setdefault("libs", {})
             if name not in libs:
-                self.check_runnable(name)
+                self.check_runnable(name, source=f"load_variant({name!r})")
                 path = self.library_path(name)
                 lib: Any
                 if self.kind == "torch":

@@ -1,5 +1,6 @@
-"""Errors the dispatcher raises. The environment variables they name carry the
-project's prefix (``<PREFIX>_ISA``, ``<PREFIX>_DISABLE_ISA``)."""
+"""Errors the dispatcher raises. Each names where the request came from: an
+environment variable with the project's prefix (``<PREFIX>_ISA=avx512``,
+``<PREFIX>_DISABLE_ISA=...``) or a call (``load_variant('avx512')``)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,21 @@ class DispatchError(RuntimeError):
 class UnsupportedISAError(DispatchError):
     """A forced variant needs CPU features this host lacks."""
 
-    def __init__(self, name: str, missing: list[str], *, env: str = "ISA") -> None:
+    def __init__(self, name: str, missing: list[str], *, env: str = "ISA", source: str | None = None) -> None:
         self.name = name
         self.missing = list(missing)
-        super().__init__(f"{env}={name}: this CPU cannot run variant {name!r}; missing features: {', '.join(missing)}")
+        super().__init__(f"{source or f'{env}={name}'}: this CPU cannot run variant {name!r}; missing features: {', '.join(missing)}")
 
 
 class UnknownISAError(DispatchError):
     """A forced (or disabled) variant is not a variant of this arch, or not in this build."""
 
-    def __init__(self, name: str, available: list[str], *, known: bool, env: str = "ISA") -> None:
+    def __init__(self, name: str, available: list[str], *, known: bool, env: str = "ISA",
+                 source: str | None = None) -> None:
         self.name = name
         self.available = list(available)
         why = "is not built into this package" if known else "is not a variant of this arch"
-        super().__init__(f"{env}={name}: {name!r} {why}; available: {', '.join(available) or 'none'}")
+        super().__init__(f"{source or f'{env}={name}'}: {name!r} {why}; available: {', '.join(available) or 'none'}")
 
 
 class NoVariantError(DispatchError):

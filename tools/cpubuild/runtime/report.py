@@ -1,4 +1,8 @@
-"""`python -m <package> [--json]`: what this CPU has, what is built, what runs.
+"""`python -m <package> [--verbose | --json]`: what this CPU has, what is built, what runs.
+
+The default text is a few lines (the selected variant and why, what is built
+and runnable, what the best variant this CPU cannot run misses); `--verbose`
+adds every feature and variant line, `--json` everything.
 
 A package's ``__main__.py`` calls :func:`main`. Needs only the standard
 library: it must run where NumPy cannot import (e.g. a CPU without XSAVE).
@@ -96,7 +100,31 @@ def _variant_rows(sel: Selection, *, selected: str | None) -> list[dict[str, Any
     ]
 
 
+def render_concise(data: dict[str, Any], render_extra: RenderExtra | None = None) -> str:
+    """The default report: a few lines, whatever the number of features."""
+    lines = [f"{data['name']} {data['version']} on {data['arch']}"]
+    if data["error"]:
+        lines.append(f"error: {data['error']}")
+    rows = data["variants"]
+    selected = next((v for v in rows if v["selected"]), None)
+    lines.append(f"selected: {selected['name']} ({selected['reason']})" if selected else "selected: none (see the error above)")
+    built = [v["name"] for v in rows if v["built"]]
+    runnable = [v["name"] for v in rows if v["built"] and v["supported"]]
+    lines.append(f"built: {', '.join(built) or 'none'}; this CPU runs: {', '.join(runnable) or 'none'}")
+    blocked = next((v for v in rows if v["built"] and not v["supported"]), None)  # rows: highest priority first
+    if blocked is not None:
+        by_reason: dict[str, list[str]] = {}
+        for feature in blocked["missing"]:
+            by_reason.setdefault(str(data["missing_features"].get(feature, "not found")), []).append(feature)
+        why = "; ".join(f"{', '.join(features)}: {reason}" for reason, features in by_reason.items())
+        lines.append(f"best it cannot run: {blocked['name']}, missing {why}")
+    if render_extra is not None:
+        lines += render_extra(data)
+    return "\n".join(lines)
+
+
 def render(data: dict[str, Any], render_extra: RenderExtra | None = None) -> str:
+    """The verbose report: every feature found and not found (with why), every variant."""
     lines = [f"{data['name']} {data['version']} on {data['arch']}"]
     lines.append("features found:     " + (" ".join(data["host_features"]) or "(none)"))
     lines.append("features not found: " + (" ".join(data["missing_features"]) or "(none)"))
@@ -130,13 +158,17 @@ def main(
     prog = f"python -m {dispatcher.package_dir.name}"
     parser = argparse.ArgumentParser(prog=prog, description="What this CPU has, which variants are built, which one runs and why.")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("-v", "--verbose", action="store_true", help="every feature and every variant, with why")
     args = parser.parse_args(argv)
     try:
         data = report(dispatcher, extra)
     except (ImportError, OSError) as exc:  # a broken install: no manifest or probe library
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(data, indent=1) if args.json else render(data, render_extra))
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print((render if args.verbose else render_concise)(data, render_extra))
     if data["error"]:
         print(f"error: {data['error']}", file=sys.stderr)
         return 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -15,6 +14,7 @@ from pathlib import Path
 from ..errors import CompilerFlagsError, ToolMissingError
 from ..matrix import Variant
 from . import cache
+from .tools import find_tool
 
 CACHE_FILE = "compiler-probes.json"
 # A tiny translation unit: enough for the driver and the assembler to see the
@@ -43,7 +43,7 @@ class FlagProbe:
 
 def identify(command: Sequence[str]) -> Compiler:
     """Runs the compiler to learn its family, version and target triple."""
-    exe = shutil.which(command[0])
+    exe = find_tool(command[0])
     if exe is None:
         raise ToolMissingError(f"compiler {command[0]!r} not found on PATH", detail="fix: apt-get install -y g++ (or set CC/CXX)")
     full = (exe, *command[1:])

@@ -14,7 +14,6 @@ import contextlib
 import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .tools import Requirement, pip_fix
+from .tools import Requirement, find_tool, pip_fix
 
 _STAGES = (
     ("*** Configuring CMake", "configure"),
@@ -114,7 +113,7 @@ def frontend_command(
             cmd.append("--no-isolation")
         return [*cmd, *cs, str(project)]
     if frontend == "uv":
-        uv = shutil.which("uv") or "uv"
+        uv = find_tool("uv") or "uv"
         cmd = [uv, "build", "--wheel", "--out-dir", str(outdir), "--python", python]
         if not isolated:
             cmd.append("--no-build-isolation")

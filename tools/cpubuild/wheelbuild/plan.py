@@ -195,6 +195,8 @@ def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose
         "cmake.define.CPUBUILD_ISA": isa.cmake_list,
         "wheel.reproducible": "true",
         "build.verbose": "true" if verbose else "false",
+        # the SBOM's per-variant flags and sources (sbom.py)
+        "cmake.define.CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
     }
     if ccache:
         settings["cmake.define.CMAKE_C_COMPILER_LAUNCHER"] = ccache

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 
 from ..errors import BuildFailedError
 from . import glibc
+from .tools import find_tool
 from .wheelzip import inspect
 
 _POLICY = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
@@ -68,7 +68,7 @@ def policy_at_most(tag: str, ceiling: str) -> bool:
 
 
 def auditwheel_command() -> list[str]:
-    exe = shutil.which("auditwheel")
+    exe = find_tool("auditwheel")
     return [exe] if exe else [sys.executable, "-m", "auditwheel"]
 
 

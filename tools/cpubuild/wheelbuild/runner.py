@@ -23,7 +23,7 @@ from typing import IO, Any
 from ..errors import BuildFailedError, UsageError
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
-from . import compilers, frontend, wheelzip
+from . import compilers, frontend, sbom, wheelzip
 from .cache import digest
 from .plan import BuildPlan
 from .repair import Repaired
@@ -196,7 +196,8 @@ def execute(
             staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=build_root))
             try:
                 with log_path.open("w", encoding="utf-8") as log:
-                    result = _build(plan, platform, toolchain, reporter, environ, staging, log, log_path)
+                    result = _build(plan, platform, toolchain, reporter, environ, staging, log, log_path,
+                                    variant_entries=sbom.matrix_entries(matrix, plan.arch))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:  # an unwritable output or build directory, a full disk
@@ -218,6 +219,8 @@ def _build(
     staging: Path,
     log: IO[str],
     log_path: Path,
+    *,
+    variant_entries: Mapping[str, dict[str, Any]],
 ) -> dict[str, Any]:
     def log_line(text: str) -> None:
         log.write(text + "\n")
@@ -268,6 +271,10 @@ def _build(
     reporter.stage("normalize")
     if plan.relabel:  # a static [project] version: the ISA-set label goes on afterwards
         wheel = wheelzip.set_version(wheel, plan.version)
+    sbom.add_to_wheel(wheel, project=plan.project, build_dir=plan.build_dir, arch=plan.arch,
+                      compiler=toolchain.cxx.display, source_date_epoch=plan.source_date_epoch,
+                      matrix_entries=variant_entries,
+                      torch=plan.torch.version if plan.torch else None)
     wheelzip.normalize(wheel, plan.source_date_epoch)
     contents = wheelzip.inspect(wheel)
     _verify(contents, plan)

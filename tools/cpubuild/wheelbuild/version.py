@@ -21,7 +21,6 @@ SOURCE_DATE_EPOCH give both values explicitly. A project with a static
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ..errors import UsageError
+from .tools import find_tool
 
 TAG_GLOB = "v[0-9]*"
 ENV_VERSION = "CPUBUILD_VERSION"
@@ -143,7 +143,7 @@ def _git(project: Path, *args: str) -> str | None:
 
 def read_git_state(project: Path) -> GitState | None:
     """The git state of HEAD, or None outside a git checkout (or without git)."""
-    if shutil.which("git") is None or _git(project, "rev-parse", "--is-inside-work-tree") != "true":
+    if find_tool("git") is None or _git(project, "rev-parse", "--is-inside-work-tree") != "true":
         return None
     short_hash = _git(project, "rev-parse", "--short=7", "HEAD")
     commit_time = _git(project, "log", "-1", "--format=%ct", "HEAD")
