@@ -73,8 +73,8 @@ def test_variants_default_to_those_that_need_amx(tmp_path: Path) -> None:
 ])
 def test_bad_tables_name_the_field(tmp_path: Path, table: str, field: str, problem: str) -> None:
     header = "[tool.cpubuild.baremetal]\n" if table else ""
-    config, matrix = _project(tmp_path, header + table)
-    with pytest.raises(ContractError) as info:
+    with pytest.raises(ContractError) as info:  # types and keys when the project is read, the rest when the harness is
+        config, matrix = _project(tmp_path, header + table)
         amx.harness_config(config, matrix)
     assert info.value.where == field
     assert problem in info.value.problem

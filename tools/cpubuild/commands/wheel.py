@@ -16,8 +16,10 @@ from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import Project, find_project
 from ..selfwheel import self_wheel
+from ..settings import WheelSettings
+from ..settings.clickopts import given, settings_options
 from ..torchdist import TorchBuild
-from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
+from ..wheelbuild.options import WheelOptions, layer_options
 from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
 from ..wheelbuild.report import dump_json, make_reporter, render_summary
 from ..wheelbuild.runner import execute
@@ -93,48 +95,13 @@ def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bo
 
 
 @click.command(name="wheel")
-@click.option("--isa", "isa", multiple=True, metavar="NAME[,NAME]",
-              help="Variants to include (repeatable, comma-separated): names from isa_matrix.toml, "
-                   "'all' (default: every variant of the arch) or 'native' (the best this host runs). "
-                   "The baseline is always included.")
-@click.option("--arch", help="Target arch from isa_matrix.toml (default: the host's).")
-@click.option("--out", type=click.Path(path_type=Path), help="Output directory (default: <project>/wheelhouse/).")
+@settings_options(WheelSettings)
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
-@click.option("--build-root", type=click.Path(path_type=Path), help="Where the per-(arch, ISA set) build directories live (default: <project>/build/cpubuild).")
-@click.option("--frontend", type=click.Choice(FRONTENDS), help="PEP 517 frontend (default: auto = uv when installed, else build).")
-@click.option("--isolation", type=click.Choice(SWITCHES), help="Isolated build environment (default: auto, i.e. only when the backend is not installed here).")
-@click.option("-j", "--jobs", type=int, help="Parallel compile jobs (default: all CPUs).")
-@click.option("--ccache", type=click.Choice(SWITCHES), help="Compiler cache (default: auto, used when installed).")
-@click.option("--repair/--no-repair", default=None, help="auditwheel repair (default: on).")
-@click.option("--clean", is_flag=True, default=None, help="Start from an empty build directory.")
-@click.option("--torch", "torch", default=None, metavar="X.Y.Z",
-              help="Torch projects: the torch to build against (native: the environment's, which must be this version; "
-                   "cross: its wheel for the target is fetched). The wheel pins torch==X.Y.* and is labelled +cpu.ptXY.")
-@click.option("--variant-wheels", is_flag=True, default=None,
-              help="Also make PEP 825 variant wheels from the wheel (pyproject variant-wheels, CPUBUILD_VARIANT_WHEELS): one per install-time CPU level the variants map to "
-                   "(x86-64 v1..v4; the matrix's install-level), plus `null`, and {name}-{version}-variants.json.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def command(
-    isa: tuple[str, ...],
-    arch: str | None,
-    out: Path | None,
-    project_dir: Path | None,
-    build_root: Path | None,
-    frontend: str | None,
-    isolation: str | None,
-    jobs: int | None,
-    ccache: str | None,
-    repair: bool | None,
-    clean: bool | None,
-    torch: str | None,
-    variant_wheels: bool | None,
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
-) -> None:
+def command(project_dir: Path | None, quiet: bool, verbose: bool, as_json: bool, **options: Any) -> None:
     """Build one repaired, reproducible wheel holding a set of ISA variants.
 
     Options come from, in rising precedence: pyproject.toml [tool.cpubuild.wheel],
@@ -144,9 +111,7 @@ def command(
         raise UsageError("-q and -v exclude each other")
     try:
         summary = _run(
-            cli={"isa": isa, "arch": arch, "out": out, "build_root": build_root, "frontend": frontend,
-                 "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean,
-                 "torch": torch, "variant_wheels": variant_wheels},
+            cli=given(WheelSettings, options),
             project_dir=project_dir, quiet=quiet, verbose=verbose,
         )
     except CpubuildError as exc:
