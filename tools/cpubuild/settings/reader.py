@@ -140,6 +140,11 @@ def from_text(field: Field, text: str, fail: Any) -> Any:
     return text
 
 
+def shown_key(key: str) -> str:
+    """A key as messages print it: as written when plain, else quoted (one line, whatever it holds)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_.-]+", key) else repr(key)
+
+
 def read_table(cls: type, raw: Any, path: Path | str, name: str, *, base: Path | None = None) -> Any:
     """A TOML table -> the settings dataclass `cls` (sub-tables too). `name`: 'tool.cpubuild...'."""
     if not isinstance(raw, dict):
@@ -149,7 +154,7 @@ def read_table(cls: type, raw: Any, path: Path | str, name: str, *, base: Path |
     for key, value in raw.items():
         field = fields.get(key)
         if field is None:
-            raise SettingsError(path, f"[{name}] {key}", f"unknown key (known: {', '.join(fields)})")
+            raise SettingsError(path, f"[{name}] {shown_key(key)}", f"unknown key (known: {', '.join(fields)})")
         if field.kind == "table":
             values[field.name] = read_table(field.meta["table"], value, path, f"{name}.{key}", base=base)
             continue
