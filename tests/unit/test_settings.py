@@ -118,3 +118,15 @@ def test_layers_and_model_defaults_agree() -> None:
     options = layer_options(pyproject={"jobs": 2, "isa": "avx2, amx"}, environ={"CPUBUILD_CLEAN": "yes"},
                             cli={"frontend": "uv"}, project=ROOT, cwd=ROOT)
     assert (options.jobs, options.isa, options.clean, options.frontend) == (2, ("avx2", "amx"), True, "uv")
+
+
+def test_config_settings_from_every_layer() -> None:
+    def layered(**kw: Any) -> tuple[str, ...]:
+        args: dict[str, Any] = {"pyproject": {}, "environ": {}, "cli": {}, **kw}
+        return tuple(layer_options(project=ROOT, cwd=ROOT, **args).config_settings)
+
+    assert layered(pyproject={"config-settings": ["cmake.build-type=Debug"]}) == ("cmake.build-type=Debug",)
+    assert layered(environ={"CPUBUILD_CONFIG_SETTINGS": "a=1, b=2"}) == ("a=1", "b=2")
+    assert layered(environ={"CPUBUILD_CONFIG_SETTINGS": "a=1"}, cli={"config_settings": ("c=3",)}) == ("c=3",)
+    with pytest.raises(SettingsError, match="command line: option --config-setting: 'nokey'"):
+        layered(cli={"config_settings": ("nokey",)})

@@ -70,6 +70,7 @@ def plan_from_options(
         inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
         relabel=project.config.static_version is not None,
         torch=torch,
+        extra_settings=dict(setting.split("=", 1) for setting in options.config_settings),
         # An isolated build installs build-system.requires: cpubuild resolves to this one,
         # and torch (which the build does not use: CMake gets the torch above) to the one here.
         extra_env=self_wheel().pip_env(torchdist.build_env_pins(torch)) if isolated else None,

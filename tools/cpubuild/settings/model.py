@@ -93,6 +93,11 @@ class WheelSettings:
     variant_wheels: bool = setting(False, "Also make PEP 825 variant wheels from the wheel: one per install-time "
                                    "CPU level the variants map to (x86-64 v1..v4; the matrix's install-level), "
                                    "plus `null`, and {name}-{version}-variants.json.")
+    config_settings: tuple[str, ...] = setting((), "Extra PEP 517 config-settings for scikit-build-core (repeatable), "
+                                               "e.g. -C cmake.build-type=RelWithDebInfo; not the keys cpubuild sets "
+                                               "for the variants (build-dir, cmake.define.CPUBUILD_*).",
+                                               pattern=CONFIG_SETTING, flags=("-C", "--config-setting"),
+                                               metavar="KEY=VALUE")
 
 
 @dataclass(frozen=True, kw_only=True)

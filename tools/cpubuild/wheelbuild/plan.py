@@ -156,6 +156,7 @@ class BuildPlan:
     repair: bool
     clean: bool
     config_settings: Mapping[str, str] = field(hash=False)
+    extra_settings: Mapping[str, str] = field(hash=False, default_factory=dict)  # the user's (-C), within the above
     env: Mapping[str, str] = field(hash=False)
 
     @property
@@ -182,6 +183,9 @@ def torch_settings(torch: TorchBuild) -> dict[str, str]:
         "cmake.define.CPUBUILD_TORCH_DIR": str(torch.directory),
         "cmake.define.CPUBUILD_TORCH_CXX11_ABI": str(torch.cxx11_abi),
     }
+
+
+OWN_SETTINGS = ("build-dir", "wheel.reproducible")  # never the user's: they decide what is built and its bytes
 
 
 def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose: bool) -> dict[str, str]:
@@ -254,6 +258,9 @@ def make_plan(
     build_dir = build_dir_for(build_root, isa.arch, isa)
     version = source.with_label(isa.label)
     settings = config_settings(isa=isa, build_dir=build_dir, ccache=ccache, verbose=verbose)
+    for key in extra_settings or {}:
+        if key in OWN_SETTINGS or key.startswith("cmake.define.CPUBUILD_"):
+            raise UsageError(f"option -C {key}: cpubuild sets this config-setting itself (for the variants being built)")
     settings.update(extra_settings or {})
     env = build_env(version=version, source_date_epoch=source.source_date_epoch, jobs=jobs, ccache=ccache,
                     build_root=build_root, inherited_ignore=inherited_ccache_ignore)
@@ -283,5 +290,6 @@ def make_plan(
         repair=repair,
         clean=clean,
         config_settings=settings,
+        extra_settings=dict(extra_settings or {}),
         env=env,
     )

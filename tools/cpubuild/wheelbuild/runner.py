@@ -298,6 +298,7 @@ def _build(
         "torch": {"version": plan.torch.version, "origin": plan.torch.origin} if plan.torch else None,
         "ccache": plan.ccache,
         "frontend": plan.frontend,
+        "config_settings": dict(plan.extra_settings),
         "isolated": plan.isolated,
         "build_dir": str(plan.build_dir),
         "log": str(log_path),
