@@ -292,10 +292,10 @@ def test_usage_errors_exit_2_and_write_nothing(args: list[str], message: str, tm
 def test_config_settings_reach_scikit_build_core_and_the_report(native_host: None, tmp_path: Path) -> None:
     """-C KEY=VALUE (here an extra CMake cache entry) is passed to the build and shown in --json."""
     summary = build("--isa", MATRIX.baseline(ARCH).name, "--out", str(tmp_path / "out"), "--build-root", str(cache_root() / "root"),
-                    "-C", "cmake.define.CPUBUILD_TEST_SETTING=seen")
-    assert summary["config_settings"] == {"cmake.define.CPUBUILD_TEST_SETTING": "seen"}
+                    "-C", "cmake.define.CPUKERN_TEST_SETTING=seen")
+    assert summary["config_settings"] == {"cmake.define.CPUKERN_TEST_SETTING": "seen"}
     cache = (Path(summary["build_dir"]) / "CMakeCache.txt").read_text()
-    assert "CPUBUILD_TEST_SETTING:UNINITIALIZED=seen" in cache or "CPUBUILD_TEST_SETTING:STRING=seen" in cache
+    assert "CPUKERN_TEST_SETTING:UNINITIALIZED=seen" in cache or "CPUKERN_TEST_SETTING:STRING=seen" in cache
     proc = cpubuild("wheel", "-C", "build-dir=/elsewhere", "--out", str(tmp_path / "no"), check=False)
     assert proc.returncode == 2 and "-C build-dir: cpubuild sets this config-setting itself" in proc.stderr
     assert empty_or_absent(tmp_path / "no")

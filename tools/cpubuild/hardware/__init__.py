@@ -29,7 +29,7 @@ COMPILER_FAMILIES = ("gcc", "clang", "apple-clang")
 OPERATING_SYSTEMS = ("linux", "darwin")
 CPUID_REGISTERS = ("eax", "ebx", "ecx", "edx")
 PERMISSIONS = ("xtiledata",)
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\Z")  # \Z: no trailing newline
 
 
 class HardwareDataError(ValueError):
