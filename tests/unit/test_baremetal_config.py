@@ -66,6 +66,7 @@ def test_variants_default_to_those_that_need_amx(tmp_path: Path) -> None:
     ('abi-prefix = "gk"\n', "[tool.cpubuild.baremetal] sources", "non-empty list"),
     ('abi-prefix = "gk"\nsources = "csrc/gemm.cpp"\n', "[tool.cpubuild.baremetal] sources", "non-empty list"),
     ('abi-prefix = "gk"\nsources = ["csrc/missing.cpp"]\n', "[tool.cpubuild.baremetal] sources", "missing.cpp does not exist"),
+    ('abi-prefix = "gk"\nsources = ["/nonexistent/x.c"]\n', "[tool.cpubuild.baremetal] sources", "/nonexistent/x.c does not exist"),
     ('abi-prefix = "gk"\nsources = ["csrc/gemm.cpp"]\ninclude-dirs = ["inc"]\n', "[tool.cpubuild.baremetal] include-dirs",
      "inc is not a directory"),
     ('abi-prefix = "gk"\nsources = ["csrc/gemm.cpp"]\nvariants = ["neon"]\n', "[tool.cpubuild.baremetal] variants",

@@ -8,6 +8,7 @@ needs is missing, else 0.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,8 +25,9 @@ from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project, find_project
+from ..settings import SettingsError
 from ..wheelbuild import frontend
-from ..wheelbuild.options import FRONTENDS
+from ..wheelbuild.options import FRONTENDS, layer_options
 from ..wheelbuild.report import dump_json
 from ..wheelbuild.tools import ToolStatus, apt_fix, check
 
@@ -88,6 +90,11 @@ def project_checks(project: Project) -> list[Check]:
                      fix=(fix or f"see {DOCS}") if problem else None, required=required)
 
     checks = [item("contract", None, f"[tool.cpubuild] package {config.package}, env prefix {config.env_prefix}_, kind {config.kind}")]
+    try:  # the CPUBUILD_* variables `cpubuild wheel` would layer over [tool.cpubuild.wheel]
+        layer_options(pyproject=config.tables.get("wheel", {}), environ=os.environ, cli={}, project=project.root, cwd=Path.cwd())
+        checks.append(item("wheel options", None, "[tool.cpubuild.wheel] and CPUBUILD_* variables"))
+    except SettingsError as exc:
+        checks.append(item("wheel options", str(exc), "", fix="see docs/wheels.md"))
     try:
         matrix = project.load_matrix()
         checks.append(item("matrix", None, f"{matrix.path}: {len(matrix.variants)} variants for {', '.join(matrix.arches)}"))
