@@ -26,7 +26,7 @@ import pytest
 from conftest import REPO, require, require_tool, run
 from cpubuild.errors import BuildFailedError
 from cpubuild.matrix import load_matrix
-from cpubuild.wheelbuild import repair
+from cpubuild.toolchain import repair
 from oracle import oracle_features, oracle_ranking
 from packaging.utils import parse_wheel_filename
 

@@ -13,7 +13,8 @@ import pytest
 from cpubuild import hostprobe
 from cpubuild.errors import BuildFailedError, UsageError
 from cpubuild.hardware import hardware, host_arch
-from cpubuild.wheelbuild import frontend, glibc, repair, wheelzip
+from cpubuild.toolchain import glibc, repair, wheelzip
+from cpubuild.wheelbuild import frontend
 from cpubuild.wheelbuild.options import WheelOptions, layer_options
 from cpubuild.wheelbuild.runner import failure_message, log_tail
 

@@ -26,10 +26,10 @@ from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project, find_project
 from ..settings import SettingsError
+from ..toolchain.tools import ToolStatus, apt_fix, check
 from ..wheelbuild import frontend
 from ..wheelbuild.options import FRONTENDS, layer_options
 from ..wheelbuild.report import dump_json
-from ..wheelbuild.tools import ToolStatus, apt_fix, check
 
 DOCS = "docs/project.md"
 

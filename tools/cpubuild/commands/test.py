@@ -32,7 +32,7 @@ from ..emulate.torchsite import check_host_torch, ensure_torch_site
 from ..errors import EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..project import find_project
-from ..wheelbuild.wheelzip import inspect
+from ..toolchain.wheelzip import inspect
 
 AUTO = "auto"
 NO_NUMPY = "No module named 'numpy'"

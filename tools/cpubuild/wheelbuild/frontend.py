@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .tools import Requirement, pip_fix
+from ..toolchain.tools import Requirement, pip_fix
 
 _STAGES = (
     ("*** Configuring CMake", "configure"),

@@ -20,15 +20,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
+from ..cache import digest
 from ..errors import BuildFailedError, UsageError
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
-from . import compilers, frontend, wheelzip
-from .cache import digest
+from ..toolchain import compilers, wheelzip
+from ..toolchain.repair import Repaired
+from ..toolchain.tools import require_all
+from . import frontend
 from .plan import BuildPlan
-from .repair import Repaired
 from .report import Reporter
-from .tools import require_all
 
 LOG_TAIL_LINES = 30
 # Variables that would silently change what the backend builds.

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import cache
 from ..errors import CompilerFlagsError, ToolMissingError
 from ..matrix import Variant
-from . import cache
 
 CACHE_FILE = "compiler-probes.json"
 # A tiny translation unit: enough for the driver and the assembler to see the
