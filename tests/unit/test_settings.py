@@ -130,3 +130,11 @@ def test_config_settings_from_every_layer() -> None:
     assert layered(environ={"CPUBUILD_CONFIG_SETTINGS": "a=1"}, cli={"config_settings": ("c=3",)}) == ("c=3",)
     with pytest.raises(SettingsError, match="command line: option --config-setting: 'nokey'"):
         layered(cli={"config_settings": ("nokey",)})
+
+
+def test_one_comma_list_splitter() -> None:
+    from cpubuild.settings import split_list
+
+    assert split_list("a, b,,c ") == ("a", "b", "c")
+    assert split_list(["a,b", " ", "c"]) == ("a", "b", "c")
+    assert split_list("") == ()

@@ -35,6 +35,7 @@ from ..bench import targets as bench_targets
 from ..bench.plot import group, speedup_ladder
 from ..errors import BenchmarkError, ToolMissingError, UsageError
 from ..project import Project, find_project
+from ..settings import split_list
 
 
 def runnable_variants(package: str) -> list[str]:
@@ -67,7 +68,7 @@ def package_report(package: str) -> dict[str, Any]:
 def choose_variants(requested: str | None, runnable: Sequence[str]) -> list[str]:
     if requested is None:
         return list(runnable)
-    wanted = [v.strip() for v in requested.split(",") if v.strip()]
+    wanted = list(split_list(requested))
     if not wanted:
         raise UsageError("--variants: empty list")
     unknown = [v for v in wanted if v not in runnable]

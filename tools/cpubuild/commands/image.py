@@ -29,11 +29,12 @@ import click
 from rich.console import Console
 
 from ..docker import bake, dockerfile, isa_args, plan
-from ..docker.platforms import host_arch, parse_platforms, split_list, wheel_arch
+from ..docker.platforms import host_arch, parse_platforms, wheel_arch
 from ..errors import DockerError, UsageError
 from ..hardware import Arch
 from ..matrix import Matrix
 from ..project import Project, find_project
+from ..settings import split_list
 
 TORCH_MARK = "/opt/cpubuild-torch"  # where the template installs torch (an older Dockerfile lacks it)
 

@@ -28,6 +28,7 @@ import click
 from .. import __version__
 from ..errors import CpubuildError, UsageError
 from ..hardware import hardware
+from ..settings import split_list
 from ..templates import read_template, render, render_project
 
 if sys.version_info >= (3, 11):
@@ -74,18 +75,12 @@ def project_names(name: str) -> Names:
 def parse_arches(values: tuple[str, ...]) -> tuple[str, ...]:
     """`--arch x86_64,aarch64` (repeatable, aliases accepted) -> template arches, in file order."""
     wanted: set[str] = set()
-    for value in values:
-        for word in value.split(","):
-            word = word.strip()
-            if not word:
-                continue
-            arch = hardware().canonical_arch(word)
-            if arch is None:
-                raise UsageError(f"--arch {word}: unknown arch (cpubuild init writes {', '.join(TEMPLATE_ARCHES)})")
-            if arch not in TEMPLATE_ARCHES:
-                raise UsageError(f"--arch {word}: cpubuild init has no template for {arch} "
-                                 f"(it writes {', '.join(TEMPLATE_ARCHES)}; add {arch} variants to isa_matrix.toml yourself)")
-            wanted.add(arch)
+    for word in split_list(values):
+        arch = hardware().resolve_arch(word)
+        if arch not in TEMPLATE_ARCHES:
+            raise UsageError(f"--arch {word}: cpubuild init has no template for {arch} "
+                             f"(it writes {', '.join(TEMPLATE_ARCHES)}; add {arch} variants to isa_matrix.toml yourself)")
+        wanted.add(arch)
     if not wanted:
         raise UsageError(f"--arch: name at least one arch ({', '.join(TEMPLATE_ARCHES)})")
     return tuple(a for a in TEMPLATE_ARCHES if a in wanted)

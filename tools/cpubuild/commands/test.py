@@ -441,10 +441,7 @@ def command(
     as_json: bool,
 ) -> None:
     """Install a wheel in a target-arch Python and test it under a QEMU CPU model."""
-    canonical = hardware().canonical_arch(arch_name)
-    if canonical is None:
-        raise UsageError(f"unknown arch {arch_name!r} (cpubuild knows: {', '.join(hardware().arches)})")
-    arch = hardware().arches[canonical]
+    arch = hardware().arches[hardware().resolve_arch(arch_name)]
     if wheel is None:
         project = find_project(project_dir)
         wheel = find_wheel(arch.name, wheelhouse or project.root / "wheelhouse", project.config.wheel_name)

@@ -39,9 +39,7 @@ def plan_from_options(
     project: Project, matrix: Matrix, options: WheelOptions, *, host: Host, verbose: bool = False
 ) -> BuildPlan:
     """Options -> plan: validates the arch and ISA names, resolves the version. Runs nothing."""
-    arch = (hardware().canonical_arch(options.arch) or options.arch) if options.arch else host.arch
-    if arch not in matrix.arches:
-        raise UsageError(f"unknown arch {options.arch or arch!r} ({matrix.path} has variants for: {', '.join(matrix.arches)})")
+    arch = hardware().resolve_arch(options.arch or host.arch, matrix.arches, offered_by=f"{matrix.path} has variants for")
     platform = select_platform(matrix.arches[arch], host)
 
     def native() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,9 +62,11 @@ def fields_of(cls: type) -> tuple[Field, ...]:
     return tuple(out)
 
 
-def split_list(text: str) -> tuple[str, ...]:
-    """The one comma-list splitter: 'a, b,,c' -> ('a', 'b', 'c')."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def split_list(values: str | Iterable[str]) -> tuple[str, ...]:
+    """The one comma-list splitter of cpubuild's options and settings: 'a, b,,c' or
+    ('a,b', 'c') -> ('a', 'b', 'c'), blanks dropped, order kept."""
+    texts = (values,) if isinstance(values, str) else tuple(values)
+    return tuple(part.strip() for text in texts for part in text.split(",") if part.strip())
 
 
 def _problem(field: Field, value: Any, generic: str) -> str:

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UnknownISAError, UsageError
-from ..hardware import Arch
+from ..hardware import Arch, hardware
 from ..matrix import Matrix, Variant
+from ..settings import split_list
 from ..torchdist import TorchBuild
 from .version import SourceVersion
 
@@ -44,11 +45,9 @@ class IsaSet:
 def split_isa_args(values: Iterable[str]) -> list[str]:
     """`--isa a,b --isa c` -> [a, b, c] (order kept, blanks dropped, lower-cased)."""
     names: list[str] = []
-    for value in values:
-        for item in value.replace(";", ",").split(","):
-            item = item.strip().lower()
-            if item and item not in names:
-                names.append(item)
+    for item in split_list(value.replace(";", ",") for value in values):  # ';': a CMake list
+        if item.lower() not in names:
+            names.append(item.lower())
     return names
 
 
@@ -95,8 +94,7 @@ def resolve_isa_set(
     `native` returns the best variant this host runs; None when the target is
     not the host (then `native` is a usage error). The baseline is always added.
     """
-    if arch not in matrix.arches:
-        raise UsageError(f"unknown arch {arch!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
+    arch = hardware().resolve_arch(arch, matrix.arches, offered_by="isa_matrix.toml declares")
     check_labels_unique(matrix, arch)
     ordered = matrix.variants_for(arch)
     known = [v.name for v in ordered]
