@@ -195,3 +195,15 @@ def test_release_workflow_for_a_project_in_a_sub_directory(public_cpubuild: Publ
     require_tool("actionlint")
     lint = subprocess.run(["actionlint", "-no-color", str(out / "release.yml")], capture_output=True, text=True, timeout=300)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_test_isa_is_a_deprecated_spelling_of_force_variant(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    """`cpubuild test --isa` (renamed --force-variant: `wheel --isa` builds variants) still works, with a warning."""
+    wheel = tmp_path / "dotlib-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    proc = public_cpubuild.cli("test", "--arch", "aarch64", "--cpu", "max", str(wheel), "--isa", "neon", cwd=tmp_path, check=False)
+    assert "warning: `cpubuild test --isa` is deprecated; use --force-variant" in proc.stderr
+    one_line_error(public_cpubuild.cli("test", "--arch", "aarch64", "--cpu", "max", str(wheel), "--isa", "neon",
+                                       "--force-variant", "sve", cwd=tmp_path, check=False), 2, "disagree")
+    assert "--force-variant NAME" in public_cpubuild.cli("test", "--help", cwd=tmp_path).stdout
+    assert "--isa" not in public_cpubuild.cli("test", "--help", cwd=tmp_path).stdout

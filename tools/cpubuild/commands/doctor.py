@@ -25,6 +25,7 @@ from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project, find_project
+from ..runtime.select import lacking
 from ..settings import SettingsError
 from ..toolchain.tools import ToolStatus, apt_fix, check
 from ..wheelbuild import frontend
@@ -66,7 +67,7 @@ def cpu_checks(matrix: Matrix, host: Host) -> list[Check]:
                     detail=f"found ({features.source}): {' '.join(n for n in names if n in features.found) or '-'}; "
                            f"not found: {' '.join(n for n in names if n not in features.found) or '-'}",
                     fix=None, required=False)]
-    runnable = [v.name for v in matrix.variants_for(host.arch) if all(f in features.found for f in v.requires)]
+    runnable = [v.name for v in matrix.variants_for(host.arch) if not lacking(v.requires, features.found)]
     if runnable:
         checks.append(Check(section="cpu", name="variants this CPU runs", ok=True, detail=", ".join(runnable), fix=None, required=False))
     return checks

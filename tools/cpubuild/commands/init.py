@@ -28,6 +28,7 @@ import click
 from .. import __version__
 from ..errors import CpubuildError, UsageError
 from ..hardware import hardware
+from ..runtime.select import env_names
 from ..settings import split_list
 from ..templates import read_template, render, render_project
 
@@ -164,6 +165,6 @@ def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], forc
     for rel in files:
         click.echo(f"wrote {directory / rel}")
     click.echo(f"\n{names.dist}: {kind} project, package {names.package}, variants for {', '.join(chosen)}, "
-               f"{names.prefix}_ISA forces a variant. Next:")
+               f"{env_names(names.prefix)[0]} forces a variant. Next:")
     click.echo(f"  cpubuild wheel --project {directory}" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
     click.echo(f"  pip install {directory}/wheelhouse/{names.wheel_name}-*.whl pytest && (cd {directory} && pytest)")

@@ -32,6 +32,7 @@ from ..emulate.torchsite import check_host_torch, ensure_torch_site
 from ..errors import EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..project import find_project
+from ..runtime.select import env_names
 from ..toolchain.wheelzip import inspect
 
 AUTO = "auto"
@@ -51,7 +52,7 @@ class Target:
 
     @property
     def force_env(self) -> str:
-        return f"{self.env_prefix}_ISA"
+        return env_names(self.env_prefix)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -420,7 +421,9 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
               "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs; "
               "bochs:sapphire_rapids runs the project's GEMM C ABI ([tool.cpubuild.baremetal]) bare metal under Bochs 3.0 (docs/amx.md).")
 @click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--isa", "forced", default=None, help="Force a variant (<PREFIX>_ISA) inside the emulated run.")
+@click.option("--force-variant", "forced", default=None, metavar="NAME",
+              help="Force a variant (<PREFIX>_ISA) inside the emulated run.")
+@click.option("--isa", "forced_isa", default=None, hidden=True, help="Deprecated spelling of --force-variant.")
 @click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant; 'auto': the best one the "
               "CPU model runs, by cpubuild's hardware data.")
 @click.option("--no-checks", is_flag=True, help="Only the selection report, not the project's selftest.")
@@ -434,6 +437,7 @@ def command(
     cpu: str,
     wheel: Path | None,
     forced: str | None,
+    forced_isa: str | None,
     expect: str | None,
     no_checks: bool,
     project_dir: Path | None,
@@ -441,6 +445,11 @@ def command(
     as_json: bool,
 ) -> None:
     """Install a wheel in a target-arch Python and test it under a QEMU CPU model."""
+    if forced_isa is not None:  # `wheel --isa` builds variants; here the flag forced one: renamed, kept one release
+        if forced is not None and forced != forced_isa:
+            raise UsageError(f"--isa {forced_isa} and --force-variant {forced} disagree")
+        click.echo("warning: `cpubuild test --isa` is deprecated; use --force-variant (same meaning)", err=True)
+        forced = forced_isa
     arch = hardware().arches[hardware().resolve_arch(arch_name)]
     if wheel is None:
         project = find_project(project_dir)
@@ -462,7 +471,7 @@ def command(
         return
     if expect == AUTO:
         expect = expected_variant(arch.name, cpu, target)
-    for label, value in (("--isa", forced), ("--expect", expect)):
+    for label, value in (("--force-variant", forced), ("--expect", expect)):
         if value is not None and value not in target.known:
             raise UsageError(f"{label} {value}: not a variant of {wheel.name} (known: {', '.join(target.known)})")
     if use_bochs and arch.name != "x86_64":

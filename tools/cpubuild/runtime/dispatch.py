@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DispatchError, UnknownISAError, UnsupportedISAError
-from .select import FeatureReport, RawProbe, Selection, decode_features, parse_name_list, select_variant
+from .select import (
+    FeatureReport,
+    RawProbe,
+    Selection,
+    decode_features,
+    env_names,
+    lacking,
+    parse_name_list,
+    select_variant,
+)
 
 MANIFEST = "_manifest.json"
 # Each variant library built by cpubuild exports this (its variant's name):
@@ -114,11 +123,11 @@ class Dispatcher:
 
     @property
     def force_env(self) -> str:
-        return f"{self.env_prefix}_ISA"
+        return env_names(self.env_prefix)[0]
 
     @property
     def disable_env(self) -> str:
-        return f"{self.env_prefix}_DISABLE_ISA"
+        return env_names(self.env_prefix)[1]
 
     def variants(self) -> list[dict[str, Any]]:
         """Every variant of the arch (built or not), lowest priority first."""
@@ -174,15 +183,15 @@ class Dispatcher:
         if name not in built:
             raise UnknownISAError(name, built, known=name in names, env=self.force_env)
         wanted = next(v for v in self.variants() if v["name"] == name)
-        lacking = [f for f in wanted["requires"] if f not in self.host().features.found]
-        if lacking:
-            raise UnsupportedISAError(name, lacking, env=self.force_env)
+        short = lacking(wanted["requires"], self.host().features.found)
+        if short:
+            raise UnsupportedISAError(name, list(short), env=self.force_env)
 
     def supported_variants(self) -> list[str]:
         """Built variants this CPU can run, lowest priority first."""
         have = set(self.host().features.found)
         built = set(self.built_variants())
-        return [v["name"] for v in self.variants() if v["name"] in built and all(f in have for f in v["requires"])]
+        return [v["name"] for v in self.variants() if v["name"] in built and not lacking(v["requires"], have)]
 
     # ------------------------------------------------------------ loading
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import UnknownISAError, UsageError
 from ..hardware import Arch, hardware
 from ..matrix import Matrix, Variant
+from ..runtime.select import lacking
 from ..settings import split_list
 from ..torchdist import TorchBuild
 from .version import SourceVersion
@@ -125,7 +126,7 @@ def resolve_isa_set(
 def best_runnable(matrix: Matrix, arch: str, host_features: Iterable[str]) -> Variant:
     """The highest-priority variant whose required features the host has."""
     have = set(host_features)
-    runnable = [v for v in matrix.variants_for(arch) if all(f in have for f in v.requires)]
+    runnable = [v for v in matrix.variants_for(arch) if not lacking(v.requires, have)]
     return runnable[-1] if runnable else matrix.baseline(arch)
 
 
