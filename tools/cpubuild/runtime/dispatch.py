@@ -15,7 +15,8 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,22 @@ class Dispatcher:
         with self._lock:
             for key in ("selection", "host"):
                 self._state.pop(key, None)
+
+    @contextmanager
+    def substitute(self, libraries: Mapping[str, Any]) -> Iterator[None]:
+        """The seam for tests: load_variant(name) returns these libraries (no CPU check,
+        no load hook) until the block ends - e.g. variants built for an emulator."""
+        with self._lock:
+            libs: dict[str, Any] = self._state.setdefault("libs", {})
+            saved = {name: libs[name] for name in libraries if name in libs}
+            libs.update(libraries)
+        try:
+            yield
+        finally:
+            with self._lock:
+                for name in libraries:
+                    libs.pop(name, None)
+                libs.update(saved)
 
 
 def _minor(version: str) -> str:
