@@ -27,13 +27,13 @@ from typing import Any
 import click
 
 from ..contract import ContractError
-from ..emulate.rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
-from ..emulate.torchsite import check_host_torch, ensure_torch_site
 from ..errors import EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..project import find_project
 from ..runtime.select import env_names
 from ..toolchain.wheelzip import inspect
+from .rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
+from .torchsite import check_host_torch, ensure_torch_site
 
 AUTO = "auto"
 NO_NUMPY = "No module named 'numpy'"
@@ -342,7 +342,7 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str 
               checks: bool, say: Any) -> Outcome:
     """The same report and checks, in a Debian guest booted under Bochs 2.7
     (x86_64 models QEMU 7.2 lacks: AVX-512, VNNI); see cpubuild.emulate.bochs."""
-    from ..emulate import bochs
+    from . import bochs
 
     model = cpu.removeprefix(BOCHS_PREFIX)
     if target.torch:
@@ -383,8 +383,8 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
                     say: Any) -> Outcome:
     """`--cpu bochs:sapphire_rapids`: the project's GEMM, built per variant with the
     matrix's flags into a bare-metal image, run under Bochs 3.0 (cpubuild.emulate.amx)."""
-    from ..emulate import amx
     from ..matrix import load_matrix
+    from . import amx
 
     project = find_project(project_dir)
     matrix = load_matrix(project.matrix_path)
