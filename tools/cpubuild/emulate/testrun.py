@@ -1,4 +1,4 @@
-"""`cpubuild test --arch ARCH --cpu MODEL [WHEEL]`: run a wheel under an emulated CPU.
+"""The engine of `cpubuild test --arch ARCH --cpu MODEL [WHEEL]`: run a wheel under an emulated CPU.
 
 Installs the wheel into a Python of the target arch (a cached Debian rootfs
 for foreign arches, the host's own Python for x86_64) and runs it under
@@ -20,14 +20,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
 from ..contract import ContractError
-from ..errors import EmulatedTestError, ToolMissingError, UsageError
+from ..errors import ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..project import find_project
 from ..runtime.select import env_names
@@ -415,41 +414,20 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
                    checks=run.to_json(), checks_skipped=None, problems=tuple(problems), seconds=seconds)
 
 
-@click.command(name="test")
-@click.option("--arch", "arch_name", required=True, help="Target arch (x86_64, aarch64, s390x or an alias).")
-@click.option("--cpu", required=True, help="qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', Haswell; "
-              "or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, bochs:corei7_skylake_x) for Bochs 2.7 full-system runs; "
-              "bochs:sapphire_rapids runs the project's GEMM C ABI ([tool.cpubuild.baremetal]) bare metal under Bochs 3.0 (docs/amx.md).")
-@click.argument("wheel", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--force-variant", "forced", default=None, metavar="NAME",
-              help="Force a variant (<PREFIX>_ISA) inside the emulated run.")
-@click.option("--isa", "forced_isa", default=None, hidden=True, help="Deprecated spelling of --force-variant.")
-@click.option("--expect", default=None, help="Fail unless the dispatcher selects this variant; 'auto': the best one the "
-              "CPU model runs, by cpubuild's hardware data.")
-@click.option("--no-checks", is_flag=True, help="Only the selection report, not the project's selftest.")
-@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Project whose newest wheel to test when WHEEL is not given (default: the nearest one above the working directory).")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where to look for that wheel (default: <project>/wheelhouse).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def command(
+def run_test(
+    *,
     arch_name: str,
     cpu: str,
     wheel: Path | None,
     forced: str | None,
-    forced_isa: str | None,
     expect: str | None,
-    no_checks: bool,
+    checks: bool,
     project_dir: Path | None,
     wheelhouse: Path | None,
-    as_json: bool,
-) -> None:
-    """Install a wheel in a target-arch Python and test it under a QEMU CPU model."""
-    if forced_isa is not None:  # `wheel --isa` builds variants; here the flag forced one: renamed, kept one release
-        if forced is not None and forced != forced_isa:
-            raise UsageError(f"--isa {forced_isa} and --force-variant {forced} disagree")
-        click.echo("warning: `cpubuild test --isa` is deprecated; use --force-variant (same meaning)", err=True)
-        forced = forced_isa
+    say: Callable[[str], None],
+) -> Outcome:
+    """One `cpubuild test` run: finds and checks the wheel, then runs it under qemu-user,
+    Bochs 2.7 or (bochs:sapphire_rapids) the bare-metal AMX harness."""
     arch = hardware().arches[hardware().resolve_arch(arch_name)]
     if wheel is None:
         project = find_project(project_dir)
@@ -465,10 +443,8 @@ def command(
             raise UsageError(f"--cpu {cpu}: Bochs emulates x86_64 only")
         if expect is not None:
             raise UsageError(f"--cpu {cpu} runs the GEMM bare metal (no dispatcher): --expect does not apply")
-        outcome = run_amx_harness(arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced,
-                                  project_dir=project_dir, say=(lambda line: None) if as_json else click.echo)
-        _finish(outcome, as_json, arch.name, cpu)
-        return
+        return run_amx_harness(arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced,
+                               project_dir=project_dir, say=say)
     if expect == AUTO:
         expect = expected_variant(arch.name, cpu, target)
     for label, value in (("--force-variant", forced), ("--expect", expect)):
@@ -478,25 +454,6 @@ def command(
         raise UsageError(f"--cpu {cpu}: Bochs emulates x86_64 only")
     if not use_bochs:
         check_model(arch.qemu, cpu)
-
-    def say(line: str) -> None:
-        if not as_json:
-            click.echo(line)
-
     runner = run_bochs if use_bochs else run_emulated
-    outcome = runner(
-        arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced, expect=expect,
-        checks=not no_checks, say=say,
-    )
-    _finish(outcome, as_json, arch.name, cpu)
-
-
-def _finish(outcome: Outcome, as_json: bool, arch: str, cpu: str) -> None:
-    if as_json:
-        click.echo(json.dumps(outcome.to_json(), indent=1))
-    else:
-        for problem in outcome.problems:
-            click.secho(f"FAIL: {problem}", fg="red", err=True)
-        click.secho(f"result: {'PASS' if outcome.ok else 'FAIL'} ({outcome.seconds:.1f} s)", fg="green" if outcome.ok else "red")
-    if not outcome.ok:
-        raise EmulatedTestError(f"{arch} under -cpu {cpu}: {len(outcome.problems)} problem(s)")
+    return runner(arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced, expect=expect,
+                  checks=checks, say=say)
