@@ -1,29 +1,29 @@
-"""`cpubuild wheel`: one repaired, reproducible wheel for a set of ISA variants."""
+"""What `cpubuild wheel` does: its layered options -> a BuildPlan (plan_from_options:
+the arch, the ISA set, the torch, ccache) -> the build (runner.execute) -> the
+summary. commands/wheel.py only parses and prints."""
 
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
-from typing import Any
-
-import click
+from typing import TYPE_CHECKING, Any
 
 from .. import hostprobe, torchdist
-from ..errors import CpubuildError, ToolMissingError, UsageError
+from ..errors import ToolMissingError, UsageError
 from ..hardware import Arch, hardware
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
-from ..project import Project, find_project
 from ..selfwheel import self_wheel
-from ..settings import WheelSettings
-from ..settings.clickopts import given, settings_options
 from ..torchdist import TorchBuild
-from ..wheelbuild.options import WheelOptions, layer_options
-from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
-from ..wheelbuild.report import dump_json, make_reporter, render_summary
-from ..wheelbuild.runner import execute
-from ..wheelbuild.variantwheels import make_variant_wheels, plan_level_wheels
+from .options import WheelOptions, layer_options
+from .plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
+from .report import make_reporter
+from .runner import execute
+from .variantwheels import make_variant_wheels, plan_level_wheels
+
+if TYPE_CHECKING:  # the project reads wheelbuild.version: here it is only a type
+    from ..project import Project
 
 
 def resolve_ccache(choice: str) -> str | None:
@@ -93,48 +93,8 @@ def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bo
     return torchdist.downloaded(requested, arch)
 
 
-@click.command(name="wheel")
-@settings_options(WheelSettings)
-@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Project directory (default: the nearest one above the working directory).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
-@click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def command(project_dir: Path | None, quiet: bool, verbose: bool, as_json: bool, **options: Any) -> None:
-    """Build one repaired, reproducible wheel holding a set of ISA variants.
-
-    Options come from, in rising precedence: pyproject.toml [tool.cpubuild.wheel],
-    CPUBUILD_* environment variables, this command line. See docs/wheels.md.
-    """
-    if quiet and verbose:
-        raise UsageError("-q and -v exclude each other")
-    try:
-        summary = _run(
-            cli=given(WheelSettings, options),
-            project_dir=project_dir, quiet=quiet, verbose=verbose,
-        )
-    except CpubuildError as exc:
-        if as_json:
-            click.echo(dump_json({"ok": False, "error": exc.message, "detail": exc.detail, "exit_code": exc.exit_code}))
-        raise
-    if as_json:
-        click.echo(dump_json(summary))
-    elif quiet:
-        click.echo(summary["wheel"]["path"])
-        for extra in (summary.get("variant_wheels") or {}).get("wheels", []):
-            click.echo(extra["path"])
-    else:
-        click.echo(render_summary(summary))
-        extras = summary.get("variant_wheels")
-        if extras:
-            for extra in extras["wheels"]:
-                level = f"{extras['namespace']} level {extra['level']}" if extra["level"] else "no level detected"
-                click.echo(f"variant wheel {extra['label']:<14} ({level}): {', '.join(extra['variants'])}")
-            click.echo(f"variants.json: {extras['variants_json']}")
-
-
-def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:
-    project = find_project(project_dir)
+def build_wheel(project: Project, *, cli: dict[str, Any], quiet: bool, verbose: bool) -> dict[str, Any]:
+    """One `cpubuild wheel` run: layered options -> plan -> build (-> variant wheels); the summary."""
     problems = project.cmake_problems()
     if problems:
         raise UsageError(problems[0])
