@@ -138,3 +138,10 @@ def test_one_comma_list_splitter() -> None:
     assert split_list("a, b,,c ") == ("a", "b", "c")
     assert split_list(["a,b", " ", "c"]) == ("a", "b", "c")
     assert split_list("") == ()
+
+
+def test_isa_names_keep_any_case_as_before() -> None:
+    """The plan lower-cases them (split_isa_args); the model only refuses what is no name."""
+    assert layer_options(pyproject={}, environ={}, cli={"isa": ("AVX2,amx;neon",)}, project=ROOT, cwd=ROOT).isa == ("AVX2", "amx;neon")
+    with pytest.raises(SettingsError, match="option --isa"):
+        layer_options(pyproject={}, environ={}, cli={"isa": ("avx2 rm",)}, project=ROOT, cwd=ROOT)

@@ -68,8 +68,9 @@ class WheelSettings:
     isa: tuple[str, ...] = setting(
         (), "Variants to include (repeatable, comma-separated): names from isa_matrix.toml, 'all' (default: every "
             "variant of the arch) or 'native' (the best this host runs). The baseline is always included.",
-        pattern=VARIANT, comma_list=True, metavar="NAME[,NAME]", default_text="all",
-        problem="{value!r}: variant names of isa_matrix.toml (lower-case letters, digits, '_'), 'all' or 'native'")
+        # any case and ';' (a CMake list) as before: the plan lower-cases and splits them
+        pattern=r"[A-Za-z][A-Za-z0-9_]*(;[A-Za-z][A-Za-z0-9_]*)*", comma_list=True, metavar="NAME[,NAME]", default_text="all",
+        problem="{value!r}: variant names of isa_matrix.toml (letters, digits, '_'), 'all' or 'native'")
     arch: str | None = setting(None, "Target arch from isa_matrix.toml (default: the host's).",
                                pattern=r"[A-Za-z0-9_]+", metavar="ARCH", default_text="the host's")
     out: Path = setting(Path("wheelhouse"), "Output directory (default: <project>/wheelhouse/).",
