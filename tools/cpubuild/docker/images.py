@@ -28,13 +28,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..docker import bake, dockerfile, isa_args, plan
-from ..docker.platforms import host_arch, parse_platforms, wheel_arch
 from ..errors import DockerError, UsageError
 from ..hardware import Arch
 from ..matrix import Matrix
 from ..project import Project, find_project
 from ..settings import split_list
+from . import bake, dockerfile, isa_args, plan
+from .platforms import host_arch, parse_platforms, wheel_arch
 
 TORCH_MARK = "/opt/cpubuild-torch"  # where the template installs torch (an older Dockerfile lacks it)
 
@@ -279,11 +279,11 @@ def _smoke(engine: Any, spec: plan.ImageSpec, package: str) -> str:
 
 def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dict[str, Any], console: Console,
                verbosity: int) -> Built:
-    from ..docker.base import base_tag, ensure_base_image, is_current
-    from ..docker.context import build_context, generated_files
     from ..docker.progress import ConsoleProgress
     from ..emulate.rootfs import check_can_run
     from ..selfwheel import self_wheel
+    from .base import base_tag, ensure_base_image, is_current
+    from .context import build_context, generated_files
 
     matrix = image.matrix
     facts = spec.arch
@@ -362,7 +362,7 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
 
 def _torch_wheels(version: str, spec: plan.ImageSpec, console: Console) -> list[Path]:
     """torch `version` and its dependencies for the image's platform and python3 (cached after the first fetch)."""
-    from ..docker.torchwheels import image_python, torch_wheels
+    from .torchwheels import image_python, torch_wheels
 
     wheels = torch_wheels(version, spec.arch, image_python(), log=console.print)
     size = sum(w.stat().st_size for w in wheels)
@@ -404,8 +404,8 @@ def _copy_wheels(engine: Any, spec: plan.ImageSpec, out: Path, console: Console)
 def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, console: Console,
                 torch: str | None) -> dict[str, Any]:
     """The bake file, plus the `.cpubuild/` folder its targets read in the project directory (the bake context)."""
-    from ..docker.context import GENERATED, generated_files
     from ..selfwheel import self_wheel
+    from .context import GENERATED, generated_files
 
     torch_dirs: dict[str, str] = {}  # image tag -> its torch folder
     torch_files: dict[str, Path] = {}
@@ -494,7 +494,7 @@ def command(
     matrix = image.matrix
     if output is not None and target != "build":
         raise UsageError("--output copies the wheel of the build stage: use it with --target build")
-    from ..docker.base import base_tag
+    from .base import base_tag
 
     specs = make_specs(
         matrix,
@@ -517,11 +517,11 @@ def command(
             console.print(f"wrote {bake_file}: {len(specs)} image targets, {len(document['target']) - len(specs)} wheel targets")
             console.print(f"build them with: docker buildx bake -f {bake_file}   (wheels: docker buildx bake -f {bake_file} wheels)")
         return
-    from ..docker.engine import Engine
+    from .engine import Engine
 
     engine = Engine.connect()
     verbosity = -1 if quiet else min(verbose, 1)
-    from ..docker.context import host_ca_certificates
+    from .context import host_ca_certificates
 
     opts = {
         "no_cache": no_cache,
