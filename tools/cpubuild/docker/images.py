@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 from rich.console import Console
 
 from ..errors import DockerError, UsageError
@@ -443,29 +442,18 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
     return document
 
 
-@click.command("image")
-@click.option("--isa", "isa", multiple=True, help="Variants (repeatable or comma-separated); default: all of each platform.")
-@click.option("--platform", "platforms", multiple=True, help="linux/amd64, linux/arm64, linux/s390x (comma-separated or repeated); default: this host's.")
-@click.option("--target", type=click.Choice(plan.TARGETS), default="runtime", show_default=True, help="Dockerfile stage to build.")
-@click.option("--tag", default=None, help="Image tag (with several platforms or ISA sets, -<arch> is appended); default <project>:<target>-<arch>[-<isa>].")
-@click.option("--base", default=None, help="A LOCAL base image (Debian bookworm); default cpubuild/debian:bookworm-<arch>, built by debootstrap when missing.")
-@click.option("--wheel", "wheels", multiple=True, type=click.Path(path_type=Path), help="Use this wheel instead of compiling (one per platform; repeatable).")
-@click.option("--each-variant", is_flag=True, help="Also one image per single variant (baseline + it), like per-ISA images.")
-@click.option("--bake", "bake_file", type=click.Path(path_type=Path), default=None, help="Write a buildx bake file (JSON) for this matrix instead of building.")
-@click.option("--output", type=click.Path(path_type=Path), default=None, help="With --target build: copy the built wheel into this directory.")
-@click.option("--host-ca/--no-host-ca", default=True, show_default=True, help="Trust the host's local CAs (/usr/local/share/ca-certificates) in the build stage, for TLS-inspecting proxies in front of PyPI.")
-@click.option("--torch", "torch", default=None, metavar="X.Y.Z",
-              help="Torch projects: the torch release to build against and install (default: this Python's; "
-                   "a given --wheel brings its own).")
-@click.option("--no-smoke", is_flag=True, help="Skip running `python3 -m <package> --json` in the built image.")
-@click.option("--no-cache", is_flag=True, help="Build without the layer cache.")
-@click.option("--sync-dockerfile", is_flag=True, help="Refresh docker/Dockerfile's CPUBUILD_CPU_* args from the matrix (or write cpubuild's template there) and exit.")
-@click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Project directory (default: the nearest one above the working directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-@click.option("-q", "--quiet", count=True, help="No progress; print only the built tags (errors still print).")
-@click.option("-v", "--verbose", count=True, help="More output (-v: the whole build log).")
-def command(
+@dataclass(frozen=True, kw_only=True)
+class Images:
+    """What one `cpubuild image` run made: a bake file (document, its image target count) or built images."""
+
+    bake_document: dict[str, Any] | None = None
+    image_targets: int = 0
+    built: tuple[Built, ...] = ()
+
+
+def make_images(
+    *,
+    project_dir: Path | None,
     isa: tuple[str, ...],
     platforms: tuple[str, ...],
     target: str,
@@ -477,19 +465,12 @@ def command(
     output: Path | None,
     host_ca: bool,
     torch: str | None,
-    no_smoke: bool,
+    smoke: bool,
     no_cache: bool,
-    sync_dockerfile: bool,
-    project_dir: Path | None,
-    as_json: bool,
-    quiet: int,
-    verbose: int,
-) -> None:
-    """Build per-ISA, multi-arch container images of the project."""
-    console = Console(stderr=True, quiet=bool(quiet))
-    if sync_dockerfile:
-        sync_dockerfile_of(find_project(project_dir), console)
-        return
+    console: Console,
+    verbosity: int,
+) -> Images:
+    """The images of the project's matrix (or, with `bake_file`, the bake file for them)."""
     image = load_image_project(project_dir)
     matrix = image.matrix
     if output is not None and target != "build":
@@ -510,39 +491,18 @@ def command(
     )
     torch_version = torch_release(image, specs, torch)
     if bake_file is not None:
-        document = _write_bake(image, specs, bake_file, console, torch_version)
-        if as_json:
-            click.echo(json.dumps(document, indent=2, sort_keys=True))
-        else:
-            console.print(f"wrote {bake_file}: {len(specs)} image targets, {len(document['target']) - len(specs)} wheel targets")
-            console.print(f"build them with: docker buildx bake -f {bake_file}   (wheels: docker buildx bake -f {bake_file} wheels)")
-        return
+        return Images(bake_document=_write_bake(image, specs, bake_file, console, torch_version), image_targets=len(specs))
     from .engine import Engine
 
     engine = Engine.connect()
-    verbosity = -1 if quiet else min(verbose, 1)
     from .context import host_ca_certificates
 
     opts = {
         "no_cache": no_cache,
-        "smoke": not no_smoke,
+        "smoke": smoke,
         "output": output,
         "version_args": _version_args(image.project),
         "ca_certificates": host_ca_certificates() if host_ca else [],
         "torch": torch_version,
     }
-    built = [_build_one(engine, image, spec, opts, console, verbosity) for spec in specs]
-    if as_json:
-        click.echo(json.dumps({"images": [b.to_json() for b in built]}, indent=2))
-        return
-    if quiet:
-        for b in built:
-            click.echo(b.spec.tag)
-        return
-    for b in built:
-        picked = f", selects {b.selected}" if b.selected else ""
-        console.print(
-            f"[green]built[/green] {b.spec.tag} ({b.spec.platform}, ISA {b.spec.label}): {b.size / 1e6:.0f} MB, "
-            f"{b.seconds:.1f} s, {b.cached_steps}/{b.steps} steps cached{picked}",
-            highlight=False,
-        )
+    return Images(built=tuple(_build_one(engine, image, spec, opts, console, verbosity) for spec in specs))
