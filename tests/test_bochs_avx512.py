@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from conftest import REPO, require, require_host, require_tool, run
 from cpubuild.emulate.bochs import BIOS, ISOLINUX_FILES, VGABIOS, BochsRun, GuestCommand, run_wheel
 from cpubuild.emulate.rootfs import cache_dir
 from cpubuild.matrix import load_matrix
@@ -49,7 +49,7 @@ def runnable(built: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    require(os.uname().machine == "x86_64", "the Bochs runs are set up on an x86_64 host")
+    require_host(os.uname().machine == "x86_64", "the Bochs runs are set up on an x86_64 host")
     require(os.geteuid() == 0, "needs root (debootstrap of the guest rootfs)")
     require_tool("bochs-bin", "xorriso", "apt-get", "dpkg-deb", "debootstrap", "g++", "cmake", "ninja", "auditwheel")
     for path in (*ISOLINUX_FILES, BIOS, VGABIOS):

@@ -20,7 +20,7 @@ from typing import Any
 
 import oracle
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool
+from conftest import CPUKERN_MATRIX, REPO, assert_not_killed, require, require_host, require_tool
 from cpubuild.matrix import load_matrix
 from oracle import ARCH, oracle_features
 
@@ -44,7 +44,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 def run_python(args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env or clean_env(), capture_output=True,
                           text=True, timeout=120, check=False)
-    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}\n{proc.stderr}"
+    assert_not_killed(proc, f"python {' '.join(args)}")
     return proc
 
 
@@ -150,8 +150,8 @@ def test_forced_supported_variants(installed: Path, work: Path, report: dict[str
 
 
 def test_forced_amx_on_a_host_without_it(installed: Path, work: Path, report: dict[str, Any]) -> None:
-    require(ARCH == "x86_64", "x86_64 only")
-    require("amx" not in oracle_ranking(built_names(report)), "this host runs AMX")
+    require_host(ARCH == "x86_64", "x86_64 only")
+    require_host("amx" not in oracle_ranking(built_names(report)), "this host runs AMX")
     lacking = [f for f in MATRIX.variant(ARCH, "amx").requires if f not in oracle_features()]
     proc = run_python(["-m", "cpukern"], cwd=work, env=clean_env(CPUKERN_ISA="amx"))
     err = fails_cleanly(proc, "CPUKERN_ISA=amx", "cannot run variant 'amx'", "missing features: " + ", ".join(lacking))
@@ -165,7 +165,7 @@ def test_forced_amx_on_a_host_without_it(installed: Path, work: Path, report: di
 def test_import_stays_lazy_when_the_forced_variant_cannot_run(installed: Path, work: Path, report: dict[str, Any]) -> None:
     """`import cpukern` succeeds; selected_isa() and the first op call raise UnsupportedISAError."""
     unsupported = [v["name"] for v in report["variants"] if v["built"] and not v["supported"]]
-    require(bool(unsupported), "this host runs every built variant")
+    require_host(bool(unsupported), "this host runs every built variant")
     script = (
         "import cpukern\n"
         "import numpy as np\n"
@@ -189,7 +189,7 @@ def test_unknown_name_lists_available(installed: Path, work: Path, report: dict[
 
 def test_disable(installed: Path, work: Path, report: dict[str, Any]) -> None:
     ranking = oracle_ranking(built_names(report))
-    require(len(ranking) > 1, "only the baseline runs here")
+    require_host(len(ranking) > 1, "only the baseline runs here")
     data = ok_json(run_python(["-m", "cpukern", "--json"], cwd=work, env=clean_env(CPUKERN_DISABLE_ISA=ranking[0])))
     assert data["selected"] == ranking[1] and data["disabled"] == [ranking[0]]
     everything_but_baseline = ",".join(ranking[:-1])
@@ -225,7 +225,7 @@ def package_copy(installed: Path, tmp_path: Path) -> Iterator[Path]:
 
 def test_missing_library_file(package_copy: Path, report: dict[str, Any]) -> None:
     ranking = oracle_ranking(built_names(report))
-    require(len(ranking) > 1, "only the baseline runs here")
+    require_host(len(ranking) > 1, "only the baseline runs here")
     gone = ranking[0]
     (package_copy / "cpukern" / f"_cpukern_{gone}.so").unlink()
     env = clean_env(PYTHONPATH=str(package_copy))
@@ -248,7 +248,7 @@ def test_missing_manifest_is_a_clean_error(package_copy: Path) -> None:
 @pytest.mark.slow
 def test_subset_build(work: Path) -> None:
     """`-C cmake.define.CPUBUILD_ISA=avx2` builds baseline + avx2 only; the others are known but not built."""
-    require(ARCH == "x86_64", "x86_64 only")
+    require_host(ARCH == "x86_64", "x86_64 only")
     require_tool("cmake", "ninja")
     cache = Path(os.environ.get("CPUBUILD_CACHE", "/var/cache/cpubuild"))
     target = work / "subset"

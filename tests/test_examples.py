@@ -12,6 +12,7 @@ install from an index made by `cpubuild publish` and served by `cpubuild serve`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run, skip_host_fact
+from conftest import REPO, nested_pytest, require, require_host, require_tool, run, skip_host_fact
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import ARCH, oracle_features, oracle_ranking
@@ -87,13 +88,14 @@ def build_wheel(public_cpubuild: PublicCpubuild, tmp_path_factory: pytest.TempPa
 @pytest.fixture(scope="session")
 def installed(build_wheel: Callable[[str, str], dict[str, Any]], tmp_path_factory: pytest.TempPathFactory,
               ) -> Callable[[str], Path]:
-    """example -> the python of a fresh venv holding its native wheel (and pytest)."""
+    """example -> the python of a fresh venv holding its native wheel (and pytest, numpy for its tests)."""
     pythons: dict[str, Path] = {}
 
     def install(name: str) -> Path:
         if name not in pythons:
             wheel = build_wheel(name, ARCH)["wheel"]["path"]
-            pythons[name] = fresh_venv(tmp_path_factory.mktemp(f"venv-{name}") / "venv", wheel, "pytest")
+            # what the examples' tests import besides the package (dotlib checks itself against NumPy)
+            pythons[name] = fresh_venv(tmp_path_factory.mktemp(f"venv-{name}") / "venv", wheel, "pytest", "numpy")
         return pythons[name]
 
     return install
@@ -177,7 +179,7 @@ def test_forcing_a_variant_this_cpu_lacks_fails_cleanly(name: str, installed: Ca
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_forcing_avx512_under_qemu_haswell_fails_cleanly(name: str, installed: Callable[[str], Path], tmp_path: Path) -> None:
     """The same refusal on a CPU that surely lacks AVX-512, whatever this host has."""
-    require(ARCH == "x86_64", "runs the x86_64 venv's Python under qemu-x86_64")
+    require_host(ARCH == "x86_64", "runs the x86_64 venv's Python under qemu-x86_64")
     require_tool("qemu-x86_64-static")
     example, have = EXAMPLES[name], qemu_model_features("x86_64", "Haswell")
     variant = example.matrix.variant("x86_64", "avx512")
@@ -189,17 +191,15 @@ def test_forcing_avx512_under_qemu_haswell_fails_cleanly(name: str, installed: C
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_examples_own_tests_pass(name: str, installed: Callable[[str], Path]) -> None:
     example = EXAMPLES[name]
-    proc = run([str(installed(name)), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=example.dir,
-               env=python_env(), check=False, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    proc = nested_pytest(installed(name), example.dir, env=python_env())
     assert "failed" not in proc.stdout and "error" not in proc.stdout.lower()
 
 
 def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuild,  # noqa: F811
                                                   build_wheel: Callable[[str, str], dict[str, Any]], tmp_path: Path) -> None:
     """`cpubuild bench` on a project other than cpukern (dotlib's benchmark, written by `cpubuild init`): every
-    variant the oracle says this CPU runs is timed and gets a measured peak for fp32 and int8 and its share of
-    its bound (within the noise allowance of test_gemm_bench)."""
+    variant the oracle says this CPU runs is timed and gets a measured peak for fp32 and int8, its bound and the
+    cache level(s) that bound assumes. Structure only: the percentages are timings (the benchmark judges them)."""
     example = EXAMPLES["dotlib"]
     python = fresh_venv(tmp_path / "venv", str(public_cpubuild.wheel), build_wheel("dotlib", ARCH)["wheel"]["path"])
     proc = run([str(python.parent / "cpubuild"), "bench", "--json"], cwd=example.dir, env=python_env(), check=False,
@@ -209,8 +209,10 @@ def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuil
     runnable = [v.name for v in example.matrix.variants_for(ARCH) if set(v.requires) <= oracle_features(ARCH)]
     assert {r["variant"] for r in out["records"]} == set(runnable)
     assert {(r["op"], r["dtype"]) for r in out["records"]} == {("dot_f32", "fp32"), ("dot_i8", "int8")}
-    for record in out["records"]:  # 150: test_gemm_bench's noise allowance
-        assert record["bound"] in ("compute", "memory") and 0 < record["pct_bound"] <= 150, record
+    levels = {b["level"] for b in out["limits"]["bandwidth"]}
+    for record in out["records"]:
+        assert record["bound"] in ("compute", "memory") and math.isfinite(record["pct_bound"]), record
+        assert record["pct_bound"] > 0 and set(record["level"].split("+")) <= levels, record
     peaks = {(p["variant"], p["dtype"]): p for p in out["limits"]["peaks"]}
     assert all(peaks[v, d]["ops_per_s"] > 0 for v in runnable for d in ("fp32", "int8"))
 
@@ -220,7 +222,7 @@ def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuil
 
 @pytest.fixture(scope="session")
 def emulation_ready() -> None:
-    require(ARCH == "x86_64", "the emulated runs need an x86_64 host")
+    require_host(ARCH == "x86_64", "the emulated runs need an x86_64 host")
     require(os.geteuid() == 0, "cpubuild test needs root for the aarch64 rootfs (debootstrap, chroot)")
     require_tool("qemu-aarch64-static", "qemu-x86_64-static", "debootstrap")
     require(Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").is_file(), "qemu-aarch64 binfmt handler not registered (scripts/setup.sh)")
@@ -248,7 +250,7 @@ def test_aarch64_wheel_under_qemu(name: str, cpu: str, emulation_ready: None, pu
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_x86_64_wheel_under_qemu_haswell(name: str, public_cpubuild: PublicCpubuild,  # noqa: F811
                                          build_wheel: Callable[[str, str], dict[str, Any]], tmp_path: Path) -> None:
-    require(ARCH == "x86_64", "runs the x86_64 wheel under qemu-x86_64")
+    require_host(ARCH == "x86_64", "runs the x86_64 wheel under qemu-x86_64")
     require_tool("qemu-x86_64-static")
     example, summary = EXAMPLES[name], build_wheel(name, "x86_64")
     runs = example.runnable("x86_64", qemu_model_features("x86_64", "Haswell"))

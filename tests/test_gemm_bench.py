@@ -2,15 +2,24 @@
 project's declared benchmark (benchmarks/bench_variants.py; every runnable
 variant, one GEMM and one foundation op) with --json and --plot, its roofline
 fields (this host's measured limits, each record's % of its bound, a 'not on
-this host' note instead of a figure for a variant the host cannot run), bad
-arguments, and the table / targets rendering on made-up records."""
+this host' note instead of a figure for a variant the host cannot run), the
+bandwidth ladder's structure (one named point per cache level and DRAM, the
+same probes whatever --variants times), bad arguments, and the table /
+targets rendering on made-up records.
+
+Structure and sanity only: every figure here is a timing on a shared machine,
+so no test asserts a percentage, a ratio or an ordering of speeds (the
+benchmark prints those, with its own verdicts)."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,15 +28,11 @@ pytest.importorskip("ml_dtypes")
 
 import cpukern
 from conftest import REPO
-from cpubuild.bench import targets
+from cpubuild.bench import roofline, targets
 from cpubuild.commands.bench import render
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_variants import TARGETS
-
-# A kernel's share of a peak or bandwidth the probe measured a moment earlier
-# on a shared 2-core VM: noise both ways, so up to this much above 100%.
-NOISE = 1.5
 
 CLI = "import sys; from cpubuild.cli import main; main(sys.argv[1:])"
 
@@ -53,8 +58,9 @@ def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
         assert r["memcpy_us"] > 0  # GEMV and rms_norm are memory-bound
         assert r["bound"] == ("memory" if r["op"] == "rms_norm" else max(
             ("compute", r["pct_peak"]), ("memory", r["pct_bandwidth"]), key=lambda b: b[1])[0]), r
-        assert 0 < r["pct_bound"] <= 100 * NOISE, r
-        assert 0 < r["pct_bandwidth"] <= r["pct_bound"], r
+        assert math.isfinite(r["pct_bound"]) and r["pct_bound"] > 0, r
+        assert 0 < r["pct_bandwidth"] <= r["pct_bound"], r  # the bound is the larger share
+        assert r["level"] and set(r["level"].split("+")) <= {b["level"] for b in out["limits"]["bandwidth"]}, r
     gemv = [r for r in records if r["op"] == "gemm_w8a8"]
     assert all(r["flops"] == 2 * 4096 * 4096 and 0 < r["pct_peak"] <= r["pct_bound"] for r in gemv)
     assert records[0]["shape"] == [1, 4096, 4096] and records[0]["dtype"] == "int8"
@@ -62,15 +68,47 @@ def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
     limits = out["limits"]
     assert limits["threads"] >= 1 and limits["bandwidth"][-1]["bytes"] > limits["llc_bytes"]
     assert all(b["read_Bps"] > 0 and b["copy_Bps"] > 0 for b in limits["bandwidth"])
+    assert_ladder_structure(limits)
+    assert all(line.startswith("model: ") for line in out["model"]) and out["model"]
     peaks = {p["variant"]: p for p in limits["peaks"] if p["dtype"] == "int8"}
     assert all(peaks[v]["ops_per_s"] > 0 and peaks[v]["instruction"] for v in variants)
     for name, p in peaks.items():
         if name not in variants:
             assert p["ops_per_s"] is None and p["note"].startswith("not on this host (lacks "), p
-    ladder = [peaks[v]["ops_per_s"] for v in variants]
-    assert ladder[-1] >= ladder[0]  # the best variant's instruction outruns the baseline's
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tcmalloc" in proc.stderr or "glibc malloc" in proc.stderr
+
+
+def assert_ladder_structure(limits: dict[str, Any]) -> None:
+    """One point per cache level this host's sysfs names (for the benchmark's threads), then DRAM; sizes grow,
+    each level's point inside its capacity."""
+    ladder = limits["bandwidth"]
+    caches = roofline.cache_levels(sorted(os.sched_getaffinity(0))[:limits["threads"]])
+    assert [c["name"] for c in limits["caches"]] == [c.name for c in caches]
+    assert [b["level"] for b in ladder] == [c.name for c in caches] + ["DRAM"]
+    sizes = [b["bytes"] for b in ladder]
+    assert sizes == sorted(set(sizes))
+    assert all(b["bytes"] <= b["capacity"] for b in ladder[:-1]) and ladder[-1]["capacity"] == 0
+    assert limits["ladder_from"], limits
+
+
+def test_the_ladder_does_not_depend_on_the_timed_variants() -> None:
+    """--variants with only the lowest variant builds the same ladder probes as the default run (issue 18: an
+    avx2-built probe measured itself, not the caches)."""
+    args = ["bench", "--ops", "rms_norm", "--tokens", "1", "--dtypes", "fp32", "--rounds", "1", "--round-ms", "1",
+            "--no-torch", "--json"]
+    runs = {}
+    for chosen in (None, cpukern.supported_variants()[0]):
+        proc = cpubuild(*args, *(["--variants", chosen] if chosen else []))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[chosen] = json.loads(proc.stdout)["limits"]
+        assert_ladder_structure(runs[chosen])
+    default, lowest = runs.values()
+    assert default["ladder_from"] == lowest["ladder_from"]
+    assert [(b["level"], b["bytes"]) for b in default["bandwidth"]] == [(b["level"], b["bytes"]) for b in lowest["bandwidth"]]
+    # peaks only for what was timed (and the 'not on this host' notes)
+    timed = {p["variant"] for p in lowest["peaks"] if p["ops_per_s"]}
+    assert timed == {cpukern.supported_variants()[0]}
 
 
 def test_table_shows_percentages_and_the_limits() -> None:
@@ -79,7 +117,8 @@ def test_table_shows_percentages_and_the_limits() -> None:
     assert "% of the roofline bound" in proc.stdout and "bf16 peak:" in proc.stdout
     assert "bandwidth GB/s read/copy by working set" in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if line.startswith("gemm_bf16"))
-    assert row.count("%") == len(cpukern.supported_variants()) and row.rstrip().endswith(("memory", "compute"))
+    assert row.count("%") == len(cpukern.supported_variants())
+    assert row.split()[-1] == "compute" or row.split()[-2] == "memory", row  # 'memory L2' names the level
     plain = cpubuild("bench", "--ops", "gemm_bf16", "--m", "1", "--rounds", "1", "--round-ms", "1", "--no-torch",
                      "--no-roofline")
     assert plain.returncode == 0 and "bf16 peak:" not in plain.stdout

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool
+from conftest import CPUKERN_MATRIX, REPO, assert_not_killed, require_tool
 from cpubuild.matrix import load_matrix
 
 pytestmark = [pytest.mark.cross, pytest.mark.qemu, pytest.mark.slow]
@@ -155,7 +155,7 @@ def test_gemm_kernels_under_qemu(arch: str, variant: str) -> None:
     exe = build(arch, variant)
     proc = subprocess.run([qemu, "-cpu", model, str(exe)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "CPUKERN_NUM_THREADS": "2"})
-    require(proc.returncode >= 0, f"{qemu} -cpu {model} died with signal {-proc.returncode}")
+    assert_not_killed(proc, f"{qemu} -cpu {model} {exe.name}")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "failures 0" in proc.stdout
     missing = [k for k in kernels if f" {k} " not in proc.stdout]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool
+from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool
 from cpubuild.docker.base import base_tag
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
@@ -151,12 +151,12 @@ def test_amd64_runtime_selects_what_the_cpu_supports(amd64_runtime: dict[str, An
 def test_amd64_runtime_honours_and_checks_cpukern_isa(amd64_runtime: dict[str, Any]) -> None:
     features = cpuinfo_features()
     runs = [v.name for v in MATRIX.variants_for("x86_64") if set(v.requires) <= features]
-    require("avx2" in runs, "this host cannot run avx2")
+    require_host("avx2" in runs, "this host cannot run avx2")
     forced = docker_run(amd64_runtime["tag"], "python3", "-m", "cpukern", "--json", env={"CPUKERN_ISA": "avx2"})
     assert forced.returncode == 0, forced.stderr
     assert json.loads(forced.stdout)["selected"] == "avx2"
     lacking = [v for v in MATRIX.variants_for("x86_64") if not set(v.requires) <= features]
-    require(bool(lacking), "this host runs every x86 variant: nothing to refuse")
+    require_host(bool(lacking), "this host runs every x86 variant: nothing to refuse")
     refused = docker_run(amd64_runtime["tag"], "python3", "-m", "cpukern", env={"CPUKERN_ISA": lacking[0].name})
     assert refused.returncode == 1
     assert f"CPUKERN_ISA={lacking[0].name}" in refused.stderr and "missing features" in refused.stderr
@@ -258,7 +258,7 @@ def test_base_images_are_local_and_labelled_with_their_arch(amd64_runtime: dict[
 def test_a_project_without_a_dockerfile_gets_cpubuilds_template(daemon: None, tmp_path: Path) -> None:
     """examples/dotlib keeps no Dockerfile: `cpubuild image --project` renders cpubuild's template for it
     (its package, its selftest in the test stage) and the image dispatches as the oracle says."""
-    require(os.uname().machine == "x86_64", "x86_64 host")
+    require_host(os.uname().machine == "x86_64", "x86_64 host")
     project = REPO / "examples" / "dotlib"
     assert not (project / "docker").exists()
     out = tmp_path / "wheels"
@@ -310,7 +310,7 @@ def test_a_torch_project_image_carries_the_cpu_torch_its_wheel_was_built_against
     `cpubuild image` fetched for the image's platform and python3 (this Python's release), the runtime
     carries that torch, the test stage ran the selftest (every op of the loaded variant against torch
     eager), and the image dispatches as the oracle says."""
-    require(os.uname().machine == "x86_64", "x86_64 host")
+    require_host(os.uname().machine == "x86_64", "x86_64 host")
     try:
         release = importlib.metadata.version("torch").split("+", 1)[0]  # the release the image must carry
     except importlib.metadata.PackageNotFoundError:

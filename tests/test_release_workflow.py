@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from conftest import REPO, require, require_tool, run, skip_host_fact
 from cpubuild.matrix import load_matrix
 from oracle import oracle_ranking
 
@@ -164,6 +164,7 @@ def test_release_workflow_runs_as_written(committed_tree: str, tmp_path: Path) -
     runner = Runner(tmp_path, committed_tree, tmp_path / "index")
     ran: dict[str, int] = {}
     reports: list[dict[str, Any]] = []
+    unchecked: list[str] = []  # test rows whose CPU model cannot run NumPy, so no selftest ran
     for name in job_order(jobs):
         job = jobs[name]
         if not job_runs(job.get("if")):
@@ -181,9 +182,10 @@ def test_release_workflow_runs_as_written(committed_tree: str, tmp_path: Path) -
             outputs = runner.job(name, job, row, workflow.get("defaults", {}))
             if name == "test":  # the selftest really ran (NumPy is installed for it), or the model cannot run NumPy
                 checked = re.search(r"checks: (\d+) passed, 0 failed", outputs[-1])
-                assert (checked and int(checked.group(1)) > 0) or (
-                    row["cpu"] == "Nehalem" and "checks: skipped - NumPy cannot import under Nehalem" in outputs[-1]
-                ), f"{row}: {outputs[-1]}"
+                if checked is None and "checks: skipped - NumPy cannot import under Nehalem" in outputs[-1]:
+                    unchecked.append(row["cpu"])  # said at the end, as a host fact
+                    continue
+                assert checked and int(checked.group(1)) > 0, f"{row}: {outputs[-1]}"
         ran[name] = len(rows)
     # every job the push to main triggers ran, in order; the tag-only release job did not
     assert ran["release"] == 0 and all(ran[j] > 0 for j in ("build", "test", "nightly", "verify"))
@@ -198,6 +200,9 @@ def test_release_workflow_runs_as_written(committed_tree: str, tmp_path: Path) -
     built = [v["name"] for v in report["variants"] if v["built"]]
     assert report["selected"] == oracle_ranking(matrix, built)[0]
     assert report["version"] in " ".join(stored).replace("%2B", "+")
+    if unchecked:  # everything above passed; the numerical checks of these rows could not run
+        skip_host_fact(f"the workflow ran as written; NumPy cannot import under {', '.join(unchecked)}, "
+                       "so the selftest did not run there (selection report only)")
 
 
 class serve:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool, run
+from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 from cpubuild.matrix import load_matrix
 
 np = pytest.importorskip("numpy")
@@ -205,7 +205,7 @@ DTYPES = {"float32": np.float32, "bfloat16": BF16}
 
 def test_plan_covers_the_avx512_variants_and_leaves_amx_out() -> None:
     require_tool(CXX)
-    require(platform.machine() == "x86_64", "x86-64 host")
+    require_host(platform.machine() == "x86_64", "x86-64 host")
     matrix = load_matrix(CPUKERN_MATRIX)
     for v in matrix.variants_for("x86_64"):
         uses_avx512 = any(f.startswith("-mavx512") for f in v.flags_for("gcc"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool, run
+from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import write_wheel
@@ -71,7 +71,7 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Built]:
-    require(os.uname().machine == "x86_64", "x86-64 levels: an x86_64 host")
+    require_host(os.uname().machine == "x86_64", "x86-64 levels: an x86_64 host")
     out: dict[str, Built] = {}
     for name, project in PROJECTS.items():
         tmp = tmp_path_factory.mktemp(name)

@@ -74,5 +74,6 @@ def test_extract_replaces_stale_variants_and_requires_a_manifest(tmp_path: Path)
     assert (pkg / "_cpukern_old.so").exists()  # nothing touched
     got = extract_binaries(wheel({"cpukern/_cpukern_avx2.so": b"new", "cpukern/_manifest.json": b"{}", "cpukern/__init__.py": b"no"}), checkout)
     assert got == ["cpukern/_cpukern_avx2.so", "cpukern/_manifest.json"]
-    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "_cpukern_avx2.so", "_manifest.json"]
+    # a library it did not put there stays (issue 21: develop never removes a file it did not extract)
+    assert sorted(p.name for p in pkg.iterdir()) == ["__init__.py", "_cpukern_avx2.so", "_cpukern_old.so", "_manifest.json"]
     assert (pkg / "__init__.py").read_text() == ""  # sources never come from the wheel

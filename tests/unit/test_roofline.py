@@ -8,6 +8,7 @@ hardware data names only probe loops that cpubuild's probe source has."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from cpubuild.bench import roofline, targets
@@ -88,14 +89,14 @@ def test_memory_time_reads_at_read_bandwidth_writes_with_a_read_at_copy_bandwidt
 def test_bound_is_the_slower_of_compute_and_memory() -> None:
     # a GEMM: 2 GFLOP at 400 GFLOP/s = 5 ms; 40 MB at 40 GB/s = 1 ms -> compute
     out = roofline.bound(10_000.0, flops=2e9, nbytes=40e6, written=0, peak_ops=400 * GB, ladder=LADDER)
-    assert out == {"bound": "compute", "pct_bound": 50.0, "pct_peak": 50.0, "pct_bandwidth": 10.0}
+    assert out == {"bound": "compute", "pct_bound": 50.0, "pct_peak": 50.0, "pct_bandwidth": 10.0, "level": "128 MiB"}
     # a GEMV: 32 MFLOP (0.08 ms) and 32 MB from DRAM (0.8 ms) -> memory
     out = roofline.bound(1000.0, flops=32e6, nbytes=32 << 20, written=0, peak_ops=400 * GB, ladder=LADDER)
     assert out["bound"] == "memory" and out["pct_bound"] == pytest.approx(100 * (32 << 20) / 40e9 / 1e-3, abs=0.1)
     # no peak (the host lacks the ISA): memory only; nothing declared: no bound
     assert roofline.bound(1000.0, flops=2e9, nbytes=1 << 20, written=0, peak_ops=None, ladder=LADDER)["bound"] == "memory"
     assert roofline.bound(1000.0, flops=None, nbytes=None, written=None, peak_ops=None, ladder=LADDER) == {
-        "bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None}
+        "bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None, "level": None}
 
 
 def test_annotate_uses_the_variants_peak_and_the_hosts_best_for_torch() -> None:
@@ -118,12 +119,97 @@ def test_describe_says_when_the_host_lacks_the_isa() -> None:
     assert "avx512bf16 410.0 GFLOP/s (insn-avx512bf16)" in text
     assert "amx not on this host (lacks amx_bf16)" in text
     assert "128 MiB 40/40" in text
+    assert "model:" not in text  # the verdicts are the records', not the limits'
+
+
+# A ladder as the probe measures it: one point per cache level, named, with the level's capacity.
+LEVELS = (
+    Bandwidth(bytes=32 << 10, read_Bps=300 * GB, copy_Bps=250 * GB, level="L1d", capacity=64 << 10),
+    Bandwidth(bytes=512 << 10, read_Bps=150 * GB, copy_Bps=120 * GB, level="L2", capacity=1 << 20),
+    Bandwidth(bytes=16 << 20, read_Bps=100 * GB, copy_Bps=90 * GB, level="L3", capacity=32 << 20),
+    Bandwidth(bytes=128 << 20, read_Bps=30 * GB, copy_Bps=20 * GB, level="DRAM", capacity=0),
+)
+
+
+def test_a_working_set_inside_a_level_is_bound_by_it() -> None:
+    assert roofline.level_shares(LEVELS, 48 << 10) == [(LEVELS[0], 48 << 10)]
+    out = roofline.bound(1.0, flops=None, nbytes=48 << 10, written=0, peak_ops=None, ladder=LEVELS)
+    assert out["level"] == "L1d" and out["pct_bound"] == pytest.approx(100 * (48 << 10) / 300e9 / 1e-6, rel=1e-2)
+
+
+def test_a_working_set_between_levels_is_bound_by_both() -> None:
+    """dotlib's 128 KiB record (issue 18's 198%): half from L1, half from L2, at both bandwidths."""
+    shares = roofline.level_shares(LEVELS, 128 << 10)
+    assert shares == [(LEVELS[0], 64 << 10), (LEVELS[1], 64 << 10)]
+    out = roofline.bound(1.0, flops=None, nbytes=128 << 10, written=0, peak_ops=None, ladder=LEVELS)
+    assert out["level"] == "L1d+L2"
+    expected = (64 << 10) / 300e9 + (64 << 10) / 150e9
+    assert out["pct_bound"] == pytest.approx(100 * expected / 1e-6, rel=1e-2)
+    # GEMV weights the size of the L3: served by L1, L2 and L3 first, the rest from DRAM
+    big = roofline.level_shares(LEVELS, 34 << 20)
+    assert [b.level for b, _ in big] == ["L1d", "L2", "L3", "DRAM"]
+    assert sum(n for _, n in big) == 34 << 20 and big[-1][1] == (34 << 20) - (64 << 10) - (1 << 20) - (32 << 20)
+    assert roofline.level_label(big) == "L3"  # the others serve under 5% each
+
+
+def test_the_split_bound_is_never_tighter_than_the_slower_level() -> None:
+    for size in (1 << 10, 100 << 10, 700 << 10, 3 << 20, 40 << 20, 1 << 30):
+        mixed = roofline.bound(1000.0, flops=None, nbytes=size, written=size // 4, peak_ops=None, ladder=LEVELS)
+        slowest = roofline.bound(1000.0, flops=None, nbytes=size, written=size // 4, peak_ops=None, ladder=LEVELS[-1:])
+        assert 0 < mixed["pct_bound"] <= slowest["pct_bound"], size  # optimistic: never above the all-DRAM share
+
+
+def test_model_verdicts_flag_records_above_105_percent() -> None:
+    rec = {"op": "dot_f32", "dtype": "fp32", "shape": [32768], "variant": "avx2", "bound": "memory", "level": "L1d+L2"}
+    assert roofline.model_verdicts([{**rec, "pct_bound": 104.0}]) == ["model: every record within 105% of its bound"]
+    lines = roofline.model_verdicts([{**rec, "pct_bound": 104.0}, {**rec, "pct_bound": 198.0}])
+    assert lines == ["model: BROKEN for dot_f32 fp32 32768 avx2: 198% of its memory bound (L1d+L2), above 105%"]
+    assert roofline.model_verdicts([{**rec, "pct_bound": None}]) == []
+
+
+def _cache(root: Path, cpu: int, index: int, level: int, kind: str, size: str, shared: str) -> None:
+    d = root / f"cpu{cpu}" / "cache" / f"index{index}"
+    d.mkdir(parents=True)
+    for name, value in (("level", str(level)), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+        (d / name).write_text(value + "\n")
+
+
+def test_cache_levels_sum_private_caches_and_count_shared_ones_once(tmp_path: Path) -> None:
+    for cpu in (0, 1):  # Zen 3 class as sysfs shows it: private L1d/L1i/L2, one shared L3
+        _cache(tmp_path, cpu, 0, 1, "Data", "32K", str(cpu))
+        _cache(tmp_path, cpu, 1, 1, "Instruction", "32K", str(cpu))
+        _cache(tmp_path, cpu, 2, 2, "Unified", "512K", str(cpu))
+        _cache(tmp_path, cpu, 3, 3, "Unified", "32768K", "0-1")
+    two = roofline.cache_levels([0, 1], root=tmp_path)
+    assert [(c.name, c.bytes) for c in two] == [("L1d", 64 << 10), ("L2", 1 << 20), ("L3", 32 << 20)]
+    one = roofline.cache_levels([0], root=tmp_path)
+    assert [(c.name, c.bytes) for c in one] == [("L1d", 32 << 10), ("L2", 512 << 10), ("L3", 32 << 20)]
+    assert roofline.cache_levels([0], root=tmp_path / "absent") == ()
+
+
+def test_ladder_has_one_point_per_level_and_dram_in_growing_sizes() -> None:
+    levels = (roofline.CacheLevel(name="L1d", bytes=64 << 10), roofline.CacheLevel(name="L2", bytes=1 << 20),
+              roofline.CacheLevel(name="L3", bytes=32 << 20))
+    points = roofline.ladder_points(levels)
+    assert [p[0] for p in points] == ["L1d", "L2", "L3", "DRAM"]
+    sizes = [p[1] for p in points]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    assert all(size <= capacity // 2 or capacity == 0 for _, size, capacity in points)
+    assert points[-1][1] == 128 << 20 and points[-1][2] == 0
+    assert roofline.ladder_points(())[-1][0] == "DRAM"  # no cache facts: one assumed LLC, then DRAM
+
+
+def test_best_ladder_takes_each_figure_from_the_fastest_probe() -> None:
+    narrow = [Bandwidth(bytes=1, read_Bps=100.0, copy_Bps=250.0, level="L1d", capacity=2)]
+    wide = [Bandwidth(bytes=1, read_Bps=300.0, copy_Bps=200.0, level="L1d", capacity=2)]
+    (point,) = roofline.best_ladder([narrow, wide])
+    assert (point.read_Bps, point.copy_Bps, point.level) == (300.0, 250.0, "L1d")
 
 
 def test_ladder_reaches_beyond_the_last_level_cache() -> None:
     sizes = roofline.ladder_sizes(32 << 20)
-    assert sizes[0] == 16 << 10 and sizes == sorted(sizes)
-    assert sizes[-2] == 24 << 20 and sizes[-1] == 128 << 20
+    assert sizes == sorted(sizes)
+    assert sizes[-2] == 16 << 20 and sizes[-1] == 128 << 20
     assert roofline.ladder_sizes(1 << 30)[-1] == 1 << 30  # capped
     assert roofline.format_rate(4.1e11, "FLOP/s") == "410.0 GFLOP/s"
 

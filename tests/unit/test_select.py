@@ -480,3 +480,21 @@ def test_error_defaults_without_a_prefix() -> None:
 )
 def test_parse_name_list(text: str | None, names: list[str]) -> None:
     assert sel.parse_name_list(text) == names
+
+
+@pytest.mark.parametrize("register", ["eax", "ebx", "ecx", "edx"])
+def test_a_cpuid_leaf_the_probe_did_not_read_reports_nothing(register: str) -> None:
+    """A leaf above the CPU's maximum is absent from the probe: every bit of it reads as clear."""
+    assert sel._why_missing({"cpuid": [7, 0, register, 0]}, sel.RawProbe(), darwin=False) == "CPUID does not report it"
+
+
+def test_a_feature_without_any_detection_says_so() -> None:
+    assert sel._why_missing({}, sel.RawProbe(), darwin=False) == "no way to detect it here"
+
+
+def test_nothing_usable_lists_every_variant_and_its_reason() -> None:
+    with pytest.raises(errors.NoVariantError) as raised:
+        select(disabled=["baseline", "avx2"], package="cpukern")
+    reasons = str(raised.value).removeprefix("no usable cpukern variant: ").split("; ")
+    assert sorted(r.split(": ", 1)[0] for r in reasons) == sorted(v.name for v in MATRIX.variants_for("x86_64"))
+    assert any(r.startswith("baseline: disabled by CPUKERN_DISABLE_ISA") for r in reasons), reasons

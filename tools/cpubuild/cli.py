@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ci": ("ci", "Render the project's release pipeline from its ISA matrix."),
     "image": ("image", "Build per-ISA, multi-arch container images."),
     "base-image": ("base_image", "Build a Debian base image from debootstrap (no registry needed)."),
+    "audit": ("audit", "Prove per instruction that each library needs only the CPU features its dispatcher checks."),
     "bench": ("bench", "Run the project's benchmark on every variant this host runs."),
 }
 
@@ -66,9 +67,11 @@ def main(argv: list[str] | None = None) -> Any:
     try:
         return cli.main(args=argv, prog_name="cpubuild", standalone_mode=False)
     except CpubuildError as exc:
-        click.secho(f"error: {exc.message}", fg="red", err=True)
+        from .index.client import redact  # credentials in a URL are never printed
+
+        click.secho(f"error: {redact(exc.message)}", fg="red", err=True)
         if exc.detail:
-            click.echo(exc.detail.rstrip(), err=True)
+            click.echo(redact(exc.detail.rstrip()), err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -73,7 +73,7 @@ def parse_install_levels(data: dict[str, Any]) -> dict[str, LevelScheme]:
         scheme = LevelScheme(arch=arch, namespace=str(table["namespace"]), feature=str(table["feature"]),
                              provider=str(table["provider"]), levels=levels)
         for value in scheme.values:
-            if not LABEL.match(scheme.label(value)):
+            if not LABEL.fullmatch(scheme.label(value)):
                 raise ValueError(f"{DATA_FILE}: label {scheme.label(value)!r} is not a PEP 825 variant label")
         schemes[arch] = scheme
     return schemes

@@ -76,6 +76,7 @@ class Matrix:
     arches: dict[str, Arch] = field(hash=False)
     features: dict[str, dict[str, Feature]] = field(hash=False)  # hardware facts of this project's arches
     variants: tuple[Variant, ...]
+    audit_allow: tuple[tuple[str, str], ...] = ()  # (symbol, reason): code the project guards itself (docs/audit.md)
 
     def variants_for(self, arch: str) -> list[Variant]:
         """Variants of one arch, lowest priority (the baseline) first."""
@@ -121,6 +122,7 @@ class Matrix:
             "probe": probe,
             "features": {n: f.detection() for n, f in self.features.get(arch, {}).items()},
             "variants": variants,
+            **({"audit": {"allow": [{"symbol": s, "reason": r} for s, r in self.audit_allow]}} if self.audit_allow else {}),
         }
 
 
@@ -238,6 +240,8 @@ def _read_flags(r: _Reader, families: tuple[str, ...]) -> dict[str, tuple[str, .
         if not isinstance(value, list) or not all(isinstance(f, str) and f for f in value):
             r.fail(key, f"must be a list of non-empty strings, got {value!r}")
         for flag in value:
+            if any(c.isspace() or not c.isprintable() for c in flag):
+                r.fail(key, f"{flag!r} holds whitespace or a control character; give one flag per string")
             if NATIVE_FLAG.match(flag):
                 r.fail(key, f"{flag} tunes the wheel to the build machine; name the ISA explicitly")
         if family != "default" and family not in families:
@@ -257,7 +261,7 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
         r = _Reader(path, f"variant {label!r}", table)
         r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags", "install-level"))
         name = r.get("name", str)
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):
             r.fail("name", f"{name!r} must be lower case letters, digits and '_' (it is part of a file name)")
         if name in RESERVED_NAMES:
             r.fail("name", f"{name!r} is reserved (reserved: {', '.join(RESERVED_NAMES)})")
@@ -353,7 +357,7 @@ def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml", *, hw: Hardwar
     path = Path(path)
     hw = hw or hardware()
     top = _Reader(path, "top level", data)
-    top.only(("schema", "arch", "variant"))
+    top.only(("schema", "arch", "variant", "audit"))
     schema = top.get("schema", int)
     if schema == 1:
         top.fail("schema", f"schema 1 restated hardware facts ([features], arch triplets); cpubuild now ships them: "
@@ -370,7 +374,23 @@ def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml", *, hw: Hardwar
     arches = {name: arches[name] for name in hw.arches if name in arches}  # the hardware data's order
     _check_across(path, arches, variants)
     features = {name: hw.features[name] for name in arches}
-    return Matrix(path=str(path), arches=arches, features=features, variants=variants)
+    return Matrix(path=str(path), arches=arches, features=features, variants=variants,
+                  audit_allow=_parse_audit(path, top.get("audit", dict, {})))
+
+
+def _parse_audit(path: Path, table: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """[audit] allow = [{symbol, reason}]: functions the project dispatches itself."""
+    r = _Reader(path, "table 'audit'", table)
+    r.only(("allow",))
+    entries = []
+    for number, raw in enumerate(r.get("allow", list, []), 1):
+        entry = _Reader(path, f"audit.allow entry #{number}", raw)
+        entry.only(("symbol", "reason"))
+        symbol, reason = entry.get("symbol", str).strip(), entry.get("reason", str).strip()
+        if not symbol or not reason:
+            entry.fail("symbol" if not symbol else "reason", "must not be empty")
+        entries.append((symbol, reason))
+    return tuple(entries)
 
 
 def _check_across(path: Path, arches: dict[str, Arch], variants: tuple[Variant, ...]) -> None:

@@ -89,7 +89,8 @@ def _roofline_points(records: Sequence[dict[str, Any]]) -> list[tuple[str, float
         key = (r["op"], r["dtype"], "x".join(map(str, r["shape"])))
         if key not in best or r["us"] < best[key]["us"]:
             best[key] = r
-    return [(f"{op} {dtype} {shape}", r["flops"] / r["bytes"], r["flops"] / (r["us"] * 1e-6), r.get("pct_bound"))
+    return [(f"{op} {dtype} {shape}" + (f" ({r['level']})" if r.get("bound") == "memory" and r.get("level") else ""),
+             r["flops"] / r["bytes"], r["flops"] / (r["us"] * 1e-6), r.get("pct_bound"))
             for (op, dtype, shape), r in best.items()]
 
 
@@ -97,9 +98,9 @@ def _roofline_panel(ax: Any, points: list[tuple[str, float, float, float | None]
     xs = [p[1] for p in points]
     lo, hi = min(xs) / 4, max(xs) * 4
     grid = [lo * (hi / lo) ** (i / 63) for i in range(64)]
-    for b in limits.bandwidth[-1:] + limits.bandwidth[:1]:  # DRAM and the smallest (L1) working set
+    for b in limits.bandwidth:  # one slope per cache level and DRAM
         ax.plot(grid, [b.read_Bps * x for x in grid], linestyle=":", linewidth=0.8,
-                label=f"read {b.read_Bps / 1e9:.0f} GB/s ({b.bytes >> 10} KiB)")
+                label=f"{b.level or f'{b.bytes >> 10} KiB'} read {b.read_Bps / 1e9:.0f} GB/s")
     for dtype in dict.fromkeys(p.dtype for p in limits.peaks):
         peak = limits.best_peak(dtype)
         if peak and peak.ops_per_s:

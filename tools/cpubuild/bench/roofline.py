@@ -6,14 +6,22 @@ Limits: the peak operation rate of each variant's main instruction per dtype
 loops are cpubuild's probe source, peak.c, compiled with each variant's flags
 from the project's matrix and run only where the project's own dispatcher says
 the host runs the variant), and the read and copy bandwidth over a ladder of
-working-set sizes up to well beyond the last-level cache.
+working sets, one per cache level (sysfs: the capacity the benchmark's threads
+share of each level) and one in DRAM. The ladder is the best over the probes
+of every variant the host runs, one per vector width (each probe reads with
+its ISA's widest vector), whatever `--variants` times: it measures the
+machine, not the probe.
 
 A record that declares its arithmetic (`flops`: operations, a multiply-add
 counts 2) and its memory traffic (`bytes`, of which `bytes_written`) gets
 the classic roofline bound, the larger of flops / peak and the time to move
 its bytes (read-only bytes at the read bandwidth, written bytes with as many
-read ones at the copy bandwidth, both measured at the smallest working set
-not below `bytes`), and the percentage of it that the kernel reached.
+read ones at the copy bandwidth), and the percentage of it that the kernel
+reached. A working set is split over the levels optimistically: the first
+level's capacity at its bandwidth, the next level's capacity at the next one's
+and so on, the rest from DRAM; so a set between two levels is bounded by both,
+and no kernel can honestly beat its bound (one above 105% is reported as a
+broken model, by the benchmark, never by a test).
 """
 
 from __future__ import annotations
@@ -38,6 +46,17 @@ PROBE_SOURCE = Path(__file__).with_name("peak.c")
 PROBE_CFLAGS = ("-O1", "-pthread", "-ffp-contract=fast")
 KIB, MIB = 1024, 1024 * 1024
 DEFAULT_LLC = 32 * MIB
+OVER_BOUND_PCT = 105.0  # above this share of its bound, a record shows the model is wrong
+DRAM = "DRAM"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLevel:
+    """A data cache level as the benchmark's threads see it together: `bytes`
+    is the sum over the distinct caches of that level their CPUs use."""
+
+    name: str  # "L1d", "L2", "L3"
+    bytes: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +68,7 @@ class VariantInfo:
     runnable: bool
     missing: tuple[str, ...] = ()  # features this host lacks (the dispatcher's words)
     flags: tuple[str, ...] | None = None  # None: no flags for this compiler family
+    timed: bool = True  # False: runnable but left out by --variants (its probe still joins the ladder)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +85,8 @@ class Bandwidth:
     bytes: int  # working set
     read_Bps: float  # bytes read per second
     copy_Bps: float  # bytes read + written per second
+    level: str = ""  # the cache level (or DRAM) the working set lives in
+    capacity: int = 0  # that level's capacity for these threads (0: DRAM, unbounded)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +98,8 @@ class Limits:
     peaks: tuple[PeakFigure, ...]
     bandwidth: tuple[Bandwidth, ...]  # smallest working set first
     notes: tuple[str, ...] = field(default=())
+    caches: tuple[CacheLevel, ...] = ()
+    ladder_from: tuple[str, ...] = ()  # the variants whose probes the ladder is the best of
 
     def peak(self, variant: str, dtype: str) -> PeakFigure | None:
         return next((p for p in self.peaks if p.variant == variant and p.dtype == dtype), None)
@@ -108,15 +132,50 @@ def memory_seconds(total: float, written: float, bw: Bandwidth) -> float:
     return (total - 2 * written) / bw.read_Bps + 2 * written / bw.copy_Bps
 
 
+def level_shares(ladder: Sequence[Bandwidth], working_set: float) -> list[tuple[Bandwidth, float]]:
+    """How many of `working_set`'s bytes each ladder point serves at best: every
+    level its capacity (cumulative: a victim cache adds to the one above), in
+    order, the rest from the largest point (DRAM). A ladder without capacities
+    (measured elsewhere) serves everything from the first point not below."""
+    ordered = sorted(ladder, key=lambda b: b.bytes)
+    if not ordered:
+        return []
+    if not any(b.capacity for b in ordered):
+        point = bandwidth_at(ordered, working_set)
+        return [(point, float(working_set))] if point else []
+    shares, held, left = [], 0.0, float(working_set)
+    for b in ordered:
+        last = b is ordered[-1]
+        take = left if last or not b.capacity else min(left, float(b.capacity))
+        if take > 0:
+            shares.append((b, take))
+        held += take
+        left -= take
+        if left <= 0:
+            break
+    return shares
+
+
+def level_label(shares: Sequence[tuple[Bandwidth, float]]) -> str:
+    """The levels that serve at least 5% of the bytes, fastest first ('L2+L3')."""
+    total = sum(n for _, n in shares) or 1.0
+    names = [b.level or _size(b.bytes) for b, n in shares if n / total >= 0.05]
+    return "+".join(names) if names else (shares[-1][0].level if shares else "")
+
+
 def bound(us: float, *, flops: float | None, nbytes: float | None, written: float | None,
           peak_ops: float | None, ladder: Sequence[Bandwidth]) -> dict[str, Any]:
     """The roofline fields of one timed call: which bound applies (the slower of
-    compute and memory), the percentage of it reached, and both components."""
+    compute and memory), the percentage of it reached, both components, and
+    the cache level(s) the memory bound assumes."""
     seconds = us * 1e-6
     t_compute = flops / peak_ops if flops and peak_ops else None
-    bw = bandwidth_at(ladder, nbytes) if nbytes else None
-    t_memory = memory_seconds(nbytes, written or 0.0, bw) if nbytes and bw else None
-    out: dict[str, Any] = {"bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None}
+    shares = level_shares(ladder, nbytes) if nbytes else []
+    t_memory = (sum(memory_seconds(n, (written or 0.0) * n / nbytes, b) for b, n in shares)
+                if nbytes and shares else None)
+    out: dict[str, Any] = {"bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None, "level": None}
+    if t_memory is not None:
+        out["level"] = level_label(shares)
     if seconds <= 0:
         return out
     if t_compute is not None:
@@ -128,6 +187,20 @@ def bound(us: float, *, flops: float | None, nbytes: float | None, written: floa
         t, name = max(candidates)
         out["bound"], out["pct_bound"] = name, _pct(t / seconds)
     return out
+
+
+def model_verdicts(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per record above OVER_BOUND_PCT of its bound (a kernel cannot
+    beat a true bound: the model or a measurement is wrong), else one line
+    saying every record is within it."""
+    over = [r for r in records if (r.get("pct_bound") or 0) > OVER_BOUND_PCT]
+    if not any(r.get("pct_bound") for r in records):
+        return []
+    if not over:
+        return [f"model: every record within {OVER_BOUND_PCT:g}% of its bound"]
+    return [f"model: BROKEN for {r['op']} {r['dtype']} {'x'.join(map(str, r['shape']))} {r['variant']}: "
+            f"{r['pct_bound']:g}% of its {r['bound']} bound" + (f" ({r['level']})" if r.get("level") else "")
+            + f", above {OVER_BOUND_PCT:g}%" for r in over]
 
 
 def _pct(fraction: float) -> float:
@@ -180,8 +253,10 @@ def describe(limits: Limits, dtypes: Iterable[str]) -> list[str]:
             cells.append(f"{p.variant} {figure}" + (f" ({p.instruction})" if p.instruction and p.ops_per_s else ""))
         lines.append(f"  {dtype} peak: " + "; ".join(cells))
     if limits.bandwidth:
-        ladder = ", ".join(f"{_size(b.bytes)} {b.read_Bps / 1e9:.0f}/{b.copy_Bps / 1e9:.0f}" for b in limits.bandwidth)
-        lines.append(f"  bandwidth GB/s read/copy by working set (LLC {_size(limits.llc_bytes)}): {ladder}")
+        ladder = ", ".join(f"{b.level + ' ' if b.level else ''}{_size(b.bytes)} {b.read_Bps / 1e9:.0f}/{b.copy_Bps / 1e9:.0f}"
+                           for b in limits.bandwidth)
+        source = f"; best of the {', '.join(limits.ladder_from)} probes" if limits.ladder_from else ""
+        lines.append(f"  bandwidth GB/s read/copy by working set (LLC {_size(limits.llc_bytes)}{source}): {ladder}")
     lines += [f"  {n}" for n in limits.notes]
     return lines
 
@@ -193,30 +268,76 @@ def _size(n: int) -> str:
 # ------------------------------------------------------------------ measuring
 
 
-def last_level_cache() -> int:
-    """The largest cache of cpu0 (Linux sysfs), else 32 MiB."""
-    best = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        mult = {"K": KIB, "M": MIB, "G": 1024 * MIB}.get(text[-1:].upper(), 1)
-        digits = text.rstrip("KkMmGg")
-        if digits.isdigit():
-            best = max(best, int(digits) * mult)
-    return best or DEFAULT_LLC
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _parse_size(text: str) -> int:
+    mult = {"K": KIB, "M": MIB, "G": 1024 * MIB}.get(text[-1:].upper(), 1)
+    digits = text.rstrip("KkMmGg")
+    return int(digits) * mult if digits.isdigit() else 0
+
+
+def cache_levels(cpus: Sequence[int], root: Path = SYSFS_CPU) -> tuple[CacheLevel, ...]:
+    """The data and unified cache levels of `cpus` (Linux sysfs), smallest
+    level first: each level's capacity summed over the distinct caches these
+    CPUs use (private L1/L2 once per CPU, a shared L3 once per group). Empty
+    where sysfs says nothing (then the ladder assumes one 32 MiB cache)."""
+    found: dict[tuple[int, str], dict[str, int]] = {}  # (level, name) -> sharing group -> size
+    for cpu in cpus:
+        for index in sorted((root / f"cpu{cpu}" / "cache").glob("index*")):
+            try:
+                kind = (index / "type").read_text().strip()
+                level = int((index / "level").read_text().strip())
+                size = _parse_size((index / "size").read_text().strip())
+                group = (index / "shared_cpu_list").read_text().strip()
+            except (OSError, ValueError):
+                continue
+            if kind not in ("Data", "Unified") or size <= 0:
+                continue
+            name = f"L{level}d" if kind == "Data" else f"L{level}"
+            found.setdefault((level, name), {})[group or str(cpu)] = size
+    return tuple(CacheLevel(name=name, bytes=sum(groups.values())) for (_, name), groups in sorted(found.items()))
+
+
+def ladder_points(levels: Sequence[CacheLevel]) -> list[tuple[str, int, int]]:
+    """(level, working set, capacity) for the ladder: half of each level's
+    capacity (well inside it, beyond the level above: sizes grow), then DRAM
+    at 4x the last level (at least 64 MiB, at most 1 GiB; capacity 0)."""
+    levels = levels or (CacheLevel(name="LLC", bytes=DEFAULT_LLC),)
+    points: list[tuple[str, int, int]] = []
+    for level in levels:
+        size = max(level.bytes // 2, 16 * KIB)
+        if not points or size > points[-1][1]:
+            points.append((level.name, size, level.bytes))
+    dram = min(max(4 * levels[-1].bytes, 64 * MIB), 1024 * MIB)
+    return [*points, (DRAM, max(dram, 2 * points[-1][1]), 0)]
+
+
+def last_level_cache(levels: Sequence[CacheLevel] = ()) -> int:
+    """The largest level's capacity for these threads, else 32 MiB."""
+    return max((lvl.bytes for lvl in levels), default=0) or DEFAULT_LLC
 
 
 def ladder_sizes(llc: int) -> list[int]:
-    """Working sets from 16 KiB by 4x below the LLC, three quarters of the LLC
-    (still in cache), then 4x the LLC (at least 64 MiB, at most 1 GiB): the
-    cache levels and DRAM."""
-    sizes, size = [], 16 * KIB
-    while size < llc:
-        sizes.append(size)
-        size *= 4
-    return [*sizes, llc * 3 // 4, min(max(4 * llc, 64 * MIB), 1024 * MIB)]
+    """Working sets of a ladder without cache facts: the assumed LLC's half, then DRAM."""
+    return [size for _, size, _ in ladder_points((CacheLevel(name="LLC", bytes=llc),))]
+
+
+def best_ladder(runs: Sequence[Sequence[Bandwidth]]) -> tuple[Bandwidth, ...]:
+    """Point by point, the best read and the best copy figure over several probes' ladders."""
+    if not runs:
+        return ()
+    out = []
+    for points in zip(*runs, strict=True):
+        first = points[0]
+        out.append(Bandwidth(bytes=first.bytes, level=first.level, capacity=first.capacity,
+                             read_Bps=max(p.read_Bps for p in points), copy_Bps=max(p.copy_Bps for p in points)))
+    return tuple(out)
+
+
+def _affinity(threads: int) -> list[int]:
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return cpus[:threads]
 
 
 def compiler_family(cc: str) -> str:
@@ -267,19 +388,21 @@ def _measure_peaks(probes: dict[str, Path], threads: int, ms: float) -> dict[str
 def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str], threads: int,
             cc: str | None = None, ms: float = 50.0, bandwidth_ms: float = 30.0,
             progress: Callable[[str], None] | None = None) -> Limits:
-    """Compiles the probe per runnable variant, measures each variant's peak
-    per dtype (each probe loop once) and the bandwidth ladder (with the
-    highest runnable variant's build)."""
+    """Compiles the probe per runnable variant, measures each timed variant's
+    peak per dtype (each probe loop once) and the bandwidth ladder (the best
+    over every runnable variant's build, one per vector width)."""
     say = progress or (lambda _msg: None)
     cc = cc or os.environ.get("CC") or "cc"
     family = compiler_family(cc)
     hw = hardware()
-    llc = last_level_cache()
     notes: list[str] = []
     binaries: dict[str, Path] = {}
     failed: dict[str, str] = {}
     peaks: list[PeakFigure] = []
-    ladder: list[Bandwidth] = []
+    caches: tuple[CacheLevel, ...] = ()
+    llc = DEFAULT_LLC
+    ladder: tuple[Bandwidth, ...] = ()
+    ladder_from: tuple[str, ...] = ()
     with tempfile.TemporaryDirectory(prefix="cpubuild-peak-") as tmp:
         if shutil.which(cc) is None:
             notes.append(f"no C compiler ({cc}): the probe was not built, no peaks measured")
@@ -302,7 +425,7 @@ def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str]
         probes: dict[str, Path] = {}
         instructions: dict[str, str] = {}
         for dtype in dtypes:
-            for v in variants:
+            for v in (v for v in variants if v.timed or not v.runnable):
                 entry = hw.peak_for(arch, dtype, v.requires)
                 plan.append((v, dtype, entry))
                 if v.runnable and entry is not None and v.name in binaries:
@@ -328,16 +451,40 @@ def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str]
                 peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction,
                                         ops_per_s=value if isinstance(value, float) else None,
                                         note=value if isinstance(value, str) else None))
-        runnable = [v for v in variants if v.name in binaries]
-        if runnable:
-            sizes = ladder_sizes(llc)
-            say(f"# bandwidth: {len(sizes)} working sets up to {_size(sizes[-1])} ({threads} threads)")
-            try:
-                rows = _run_json([str(binaries[runnable[-1].name]), "bandwidth", str(threads), str(bandwidth_ms),
-                                  *map(str, sizes)], timeout=600)
-                ladder = [Bandwidth(bytes=int(r["bytes"]), read_Bps=float(r["read_Bps"]),
-                                    copy_Bps=float(r["copy_Bps"])) for r in rows]
-            except (RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
-                notes.append(f"bandwidth probe failed: {exc}")
+        caches = cache_levels(_affinity(threads))
+        llc = last_level_cache(caches)
+        ladder, ladder_from = _measure_ladder(binaries, caches, threads, bandwidth_ms, say, notes)
     return Limits(arch=arch, threads=threads, compiler=f"{cc} ({family})", llc_bytes=llc, peaks=tuple(peaks),
-                  bandwidth=tuple(ladder), notes=tuple(notes))
+                  bandwidth=tuple(ladder), notes=tuple(notes), caches=caches, ladder_from=ladder_from)
+
+
+def _vector_bytes(exe: Path) -> int:
+    try:
+        proc = subprocess.run([str(exe), "--vector-bytes"], capture_output=True, text=True, timeout=30)
+        return int(proc.stdout.strip())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def _measure_ladder(binaries: dict[str, Path], caches: Sequence[CacheLevel], threads: int, ms: float,
+                    say: Callable[[str], None], notes: list[str]) -> tuple[tuple[Bandwidth, ...], tuple[str, ...]]:
+    """The best ladder over one probe per vector width among the runnable variants' builds."""
+    by_width: dict[int, str] = {}
+    for name, exe in binaries.items():  # lowest priority first: the first build of each width stands for it
+        by_width.setdefault(_vector_bytes(exe), name)
+    if not by_width:
+        return (), ()
+    points = ladder_points(caches)
+    levels = ", ".join(f"{level} {_size(size)}" for level, size, _ in points)
+    say(f"# bandwidth: {levels} ({threads} threads; probes of {', '.join(by_width.values())})")
+    runs = []
+    for name in by_width.values():
+        try:
+            rows = _run_json([str(binaries[name]), "bandwidth", str(threads), str(ms),
+                              *(str(size) for _, size, _ in points)], timeout=600)
+            runs.append([Bandwidth(bytes=int(r["bytes"]), read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]),
+                                   level=level, capacity=capacity)
+                         for r, (level, _, capacity) in zip(rows, points, strict=True)])
+        except (RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
+            notes.append(f"bandwidth probe ({name}) failed: {exc}")
+    return best_ladder(runs), tuple(by_width.values()) if runs else ()

@@ -100,16 +100,15 @@ def measure(project: Project, variants: Sequence[str], args: Sequence[str], *, q
 
 
 def variant_infos(project: Project, report: dict[str, Any], variants: Sequence[str], family: str) -> list[roofline.VariantInfo]:
-    """The chosen variants and the built ones this host cannot run (for the
-    'not on this host' lines), lowest priority first, with the matrix's
-    requires and flags."""
+    """Every built variant, lowest priority first, with the matrix's requires
+    and flags: the chosen ones timed, the other runnable ones only for the
+    bandwidth ladder (which must not depend on --variants), the ones this host
+    cannot run for the 'not on this host' lines."""
     matrix = project.load_matrix()
     arch = str(report.get("arch"))
     rows = sorted((v for v in report.get("variants", []) if v.get("built")), key=lambda v: int(v["priority"]))
     out = []
     for row in rows:
-        if row.get("supported") and row["name"] not in variants:
-            continue
         try:
             mv = matrix.variant(arch, row["name"])
         except KeyError:
@@ -119,7 +118,8 @@ def variant_infos(project: Project, report: dict[str, Any], variants: Sequence[s
         except KeyError:
             flags = None
         out.append(roofline.VariantInfo(name=mv.name, requires=mv.requires, runnable=bool(row.get("supported")),
-                                        missing=tuple(row.get("missing") or ()), flags=flags))
+                                        missing=tuple(row.get("missing") or ()), flags=flags,
+                                        timed=row["name"] in variants))
     return out
 
 
@@ -145,6 +145,12 @@ def _pct(value: float | None) -> str:
     return f"{value:4.0f}%" if value is not None else "    -"
 
 
+def _bound_cell(record: dict[str, Any]) -> str:
+    """'compute', or 'memory L2' (the cache level(s) the memory bound assumes)."""
+    kind = record.get("bound") or "-"
+    return f"{kind} {record['level']}" if kind == "memory" and record.get("level") else str(kind)
+
+
 def render(result: dict[str, Any], variants: Sequence[str], limits: roofline.Limits | None = None) -> str:
     meta, records = result.get("meta", {}), result["records"]
     baseline = variants[0]
@@ -163,7 +169,7 @@ def render(result: dict[str, Any], variants: Sequence[str], limits: roofline.Lim
     ladder = max(13, len(baseline) + 5)  # 'vs <baseline>' right-aligned with a gap
     head += f"{'torch':>{width}}{'copy':>10}  {'best':<11}{'vs torch':>9}{'vs ' + baseline:>{ladder}}{'/ copy':>8}"
     if has_roof:
-        head += f"{'bound':>9}"
+        head += f"  {'bound':<14}"
     lines.append(head)
     by_key = {(r["op"], r["dtype"], "x".join(map(str, r["shape"])), r["variant"]): r for r in records}
     for (op, dtype), shapes in group(records).items():
@@ -190,11 +196,12 @@ def render(result: dict[str, Any], variants: Sequence[str], limits: roofline.Lim
             row += f"{_ratio(times.get(baseline), times[best]):>{ladder}}"
             row += f"{_ratio(times[best], entry['memcpy_us']):>8}"
             if has_roof:
-                row += f"{by_key[(op, dtype, label, best)].get('bound') or '-':>9}"
+                row += f"  {_bound_cell(by_key[(op, dtype, label, best)]):<14}"
             lines.append(row)
     if has_roof:
         assert limits is not None
         lines += ["", *roofline.describe(limits, list(dict.fromkeys(str(r["dtype"]) for r in records)))]
+        lines += roofline.model_verdicts(records)
     if result.get("targets"):
         lines += ["", *map(str, result["targets"])]
     return "\n".join(lines)
@@ -240,7 +247,8 @@ def command(variants_opt: str | None, as_json: bool, plot: Path | None, with_roo
                                                 baseline=runnable[0] if runnable else None)
     if as_json:
         out = {"meta": result.get("meta", {}), "limits": limits.to_json() if limits else None,
-               "records": result["records"], "targets": result["targets"]}
+               "records": result["records"], "targets": result["targets"],
+               "model": roofline.model_verdicts(result["records"]) if limits else []}
         click.echo(json.dumps(out, indent=1))
     else:
         click.echo(render(result, variants, limits))

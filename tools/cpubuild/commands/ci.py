@@ -32,6 +32,8 @@ from ..errors import CpubuildError, MatrixFileError, ToolMissingError, UsageErro
 from ..hardware import hardware
 from ..matrix import Matrix, MatrixError, load_matrix
 from ..project import Project, find_project
+from ..supplychain import install_spec
+from ..supplychain import pin_actions as pin_workflow
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,10 +128,7 @@ class Pipeline:
     package: str
 
     def install(self, extras: str = "") -> str:
-        spec = self.cpubuild
-        if extras:
-            spec = f"{spec}[{extras}]" if "/" in spec or spec.startswith(".") else re.sub(r"^([A-Za-z0-9_.-]+)", rf"\1[{extras}]", spec)
-        return json.dumps(spec) if re.search(r"[\[\]<>=!~ ]", spec) else spec
+        return install_spec(self.cpubuild, extras)  # parsed (PEP 508) and shell-quoted, or refused
 
 
 def pipeline_of(project: Project) -> Pipeline:
@@ -142,6 +141,7 @@ def pipeline_of(project: Project) -> Pipeline:
         raise UsageError(f"{project.root / 'pyproject.toml'}: [tool.cpubuild.ci] cpubuild must be a pip requirement or a path")
     top = _git_toplevel(project.root)
     workdir = project.root.relative_to(top).as_posix() if top is not None else "."
+    install_spec(spec)  # refused here, in one line, before anything is rendered
     return Pipeline(cpubuild=spec.strip(), workdir=workdir or ".", dist=project.config.dist_name, package=project.config.package)
 
 
@@ -238,6 +238,8 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase], pipe: Pipeline)
         "steps": [
             *_setup(pipe, extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),
             {"name": "Build", "run": "cpubuild wheel --arch ${{ matrix.arch }} --out wheelhouse --json\n"},
+            # the build already fails on a violation; this prints what each variant's code needs
+            {"name": "Audit instructions", "run": "cpubuild audit wheelhouse/*.whl\n"},
             {"uses": UPLOAD, "with": {"name": "wheels-${{ matrix.arch }}", "path": "wheelhouse/*.whl", "if-no-files-found": "error"}},
         ],
     }
@@ -410,7 +412,9 @@ def lint(paths: list[Path]) -> None:
 @click.option("--matrix", "matrix_path", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Default: the project's matrix.")
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
-def command(check: bool, run_lint: bool, ci_dir: Path | None, matrix_path: Path | None, project_dir: Path | None) -> None:
+@click.option("--pin-actions", is_flag=True, help="Pin every action to a commit SHA (cpubuild's table), the release in a comment.")
+def command(check: bool, run_lint: bool, ci_dir: Path | None, matrix_path: Path | None, project_dir: Path | None,
+            pin_actions: bool) -> None:
     """Render the project's release pipeline from its ISA matrix into ci/."""
     project = find_project(project_dir)
     ci_dir = ci_dir or project.root / "ci"
@@ -419,6 +423,8 @@ def command(check: bool, run_lint: bool, ci_dir: Path | None, matrix_path: Path 
     except MatrixError as exc:
         raise MatrixFileError(str(exc)) from None
     rendered = render_all(matrix, ci_dir, pipeline_of(project))
+    if pin_actions:
+        rendered = {name: pin_workflow(text) for name, text in rendered.items()}
     if check:
         stale = []
         for name, text in rendered.items():

@@ -12,31 +12,28 @@ nothing runs CMake, nothing compiles.
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import click
 from packaging import tags
 from packaging.version import Version
 
 from ..errors import CpubuildError, ToolMissingError, UsageError
-from ..index.client import RemoteFile, as_url, fetch, project_files
+from ..index.client import RemoteFile, as_url, fetch, project_files, redact
 from ..index.names import NIGHTLY, IndexInputError, check_variant, parse_wheel_name, resolve_commit
+from ..index.precompiled import LIBRARY, FileInTheWayError, members_to_extract, place_products
 from ..index.wheelfile import read_wheel_bytes, sha256_hex, write_wheel
 from ..project import Project, find_project
 
 INDEX_ENV = "CPUBUILD_INDEX_URL"
 BASE_REFS = ("origin/main", "main")
-LIBRARY = re.compile(r"\.(?:so|dylib)(?:\.[0-9.]+)?$")
 
 
 class PrecompiledNotFoundError(CpubuildError):
@@ -136,39 +133,18 @@ def choose_wheel(files: list[RemoteFile], supported: list[tags.Tag], project: st
 
 
 def built_members(names: list[str], package: str, source: Path) -> list[str]:
-    """Wheel members that are build products: under the package, absent from its sources
-    (variant libraries, probe, manifest, the copied runtime), plus auditwheel's <package>.libs/."""
-    out = []
-    for name in names:
-        parts = PurePosixPath(name).parts
-        if name.endswith("/") or name.startswith("/") or ".." in parts:
-            continue  # a directory, or a member that would escape the package
-        if name.startswith(f"{package}.libs/") or (name.startswith(f"{package}/") and not (source / name[len(package) + 1:]).is_file()):
-            out.append(name)
-        elif name.startswith(f"{package}/") and (name.endswith("/_manifest.json") or "/_cpubuild/" in name):
-            out.append(name)  # from an earlier precompiled install: refreshed
-    return out
+    """Wheel members that would be placed in a fresh checkout (see index.precompiled)."""
+    return members_to_extract(names, package, source, source.parent, {})
 
 
-def extract_binaries(wheel_bytes: bytes, checkout: Checkout) -> list[str]:
-    """Puts the wheel's build products next to the sources (atomically, file by
-    file) and removes variant libraries left from an earlier wheel."""
-    with zipfile.ZipFile(io.BytesIO(wheel_bytes)) as archive:
-        members = built_members(archive.namelist(), checkout.package, checkout.source)
-        if f"{checkout.package}/_manifest.json" not in members:
-            raise PrecompiledNotFoundError(f"the published wheel holds no {checkout.package}/_manifest.json: not a wheel built by cpubuild")
-        for member in members:
-            target = checkout.import_root / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-            tmp.write_bytes(archive.read(member))
-            os.chmod(tmp, 0o755 if LIBRARY.search(target.name) else 0o644)
-            os.replace(tmp, target)  # a running interpreter keeps its mapped copy
-    keep = {checkout.import_root / m for m in members}
-    for stale in checkout.source.iterdir():
-        if stale not in keep and LIBRARY.search(stale.name) and stale.is_file():
-            stale.unlink()
-    return sorted(members)
+def extract_binaries(wheel_bytes: bytes, checkout: Checkout, *, force: bool = False) -> list[str]:
+    """Puts the wheel's build products next to the sources; only files an earlier run put there are replaced or removed."""
+    try:
+        return place_products(wheel_bytes, root=checkout.root, package=checkout.package, source=checkout.source, force=force)
+    except FileInTheWayError:
+        raise
+    except CpubuildError as exc:
+        raise PrecompiledNotFoundError(exc.message) from None
 
 
 def install_editable(python: str, checkout: Checkout, version: str, record: dict[str, str]) -> None:
@@ -218,7 +194,9 @@ def check_import(python: str, checkout: Checkout) -> str:
 @click.option("--python", "python", default=sys.executable, show_default="this interpreter", help="Interpreter to install into.")
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
-def command(precompiled: bool, index_url: str | None, commit: str | None, variant: str, python: str, project_dir: Path | None) -> None:
+@click.option("--force", is_flag=True, help="Overwrite files in the way that an earlier develop did not put there.")
+def command(precompiled: bool, index_url: str | None, commit: str | None, variant: str, python: str, project_dir: Path | None,
+            force: bool) -> None:
     """Editable install of the project's package with precompiled variant libraries."""
     if not precompiled:
         raise UsageError("only --precompiled is supported here; for a full editable build run: pip install --no-build-isolation -e .")
@@ -235,7 +213,7 @@ def command(precompiled: bool, index_url: str | None, commit: str | None, varian
         tree_url = f"{root}{cand.tree}/{variant}/"
         files = project_files(tree_url, checkout.name)
         chosen = choose_wheel(files or [], supported, checkout.name)
-        tried.append(f"  {tree_url}{checkout.name}/ ({cand.why}): " + ("no page" if files is None else "no wheel for this host" if chosen is None else "ok"))
+        tried.append(f"  {redact(tree_url)}{checkout.name}/ ({cand.why}): " + ("no page" if files is None else "no wheel for this host" if chosen is None else "ok"))
         if chosen is not None:
             break
     else:
@@ -245,13 +223,14 @@ def command(precompiled: bool, index_url: str | None, commit: str | None, varian
         )
     got = fetch(chosen.url)
     if got is None:
-        raise PrecompiledNotFoundError(f"{chosen.url} is listed but missing")
+        raise PrecompiledNotFoundError(f"{redact(chosen.url)} is listed but missing")
     data = got[0]
     if chosen.sha256 and sha256_hex(data) != chosen.sha256:
-        raise CpubuildError(f"{chosen.url}: sha256 {sha256_hex(data)} does not match the index ({chosen.sha256})")
+        raise CpubuildError(f"{redact(chosen.url)}: sha256 {sha256_hex(data)} does not match the index ({chosen.sha256})")
     read_wheel_bytes(chosen.filename, data)  # a real wheel, before any file is touched
-    members = extract_binaries(data, checkout)
-    record = {"index": root, "tree": cand.tree, "variant": variant, "wheel": chosen.filename, "url": chosen.url, "sha256": sha256_hex(data)}
+    members = extract_binaries(data, checkout, force=force)
+    record = {"index": redact(root), "tree": cand.tree, "variant": variant, "wheel": chosen.filename, "url": redact(chosen.url),
+              "sha256": sha256_hex(data)}
     install_editable(python, checkout, version, record)
     where = check_import(python, checkout)
     manifest = json.loads((checkout.source / "_manifest.json").read_text())

@@ -10,6 +10,7 @@ import click
 from ..index.names import resolve_commit
 from ..index.publish import publish
 from ..index.storage import open_storage
+from ..index.wheelcheck import limits_from
 from ..index.wheelfile import read_wheel
 
 
@@ -21,16 +22,28 @@ from ..index.wheelfile import read_wheel
 @click.option("--variant", default="cpu", show_default=True, help="Index tree name below the commit (cpu, ...).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def command(wheels: tuple[Path, ...], dest: str, commit: str | None, channel: str | None, variant: str, as_json: bool, quiet: bool) -> None:
+@click.option("--no-audit", is_flag=True, help="Skip the instruction audit of each wheel (docs/audit.md).")
+@click.option("--max-wheel-size", metavar="SIZE", help="Refuse larger wheel files (default 2GiB).")
+@click.option("--max-member-size", metavar="SIZE", help="Refuse archive members that inflate past this (default 2GiB).")
+@click.option("--max-metadata-size", metavar="SIZE", help="Refuse a larger .dist-info/METADATA (default 1MiB).")
+def command(wheels: tuple[Path, ...], dest: str, commit: str | None, channel: str | None, variant: str, as_json: bool, quiet: bool,
+            no_audit: bool, max_wheel_size: str | None, max_member_size: str | None, max_metadata_size: str | None) -> None:
     """Publish wheels into a PEP 503/691 index keyed by commit.
 
     Every wheel is stored once under DEST/<commit>/ with its .metadata file;
     pages are written under DEST/<commit>/<variant>/, DEST/nightly/<variant>/
     (--channel nightly) and DEST/<version>/<variant>/ (--channel release).
-    Validates everything before writing: a bad wheel leaves the index as it was.
+    Validates everything before writing (every member's CRC, RECORD, size
+    caps, core metadata, name and tags): a bad wheel leaves the index as it was.
     """
     sha = resolve_commit(commit)
-    infos = [read_wheel(path) for path in wheels]
+    limits = limits_from(max_wheel_size, max_member_size, max_metadata_size)
+    infos = [read_wheel(path, limits) for path in wheels]
+    if not no_audit:  # audited here, from each wheel's own manifest: no record to trust or forge
+        from ..audit.gate import require_clean
+
+        for path in wheels:
+            require_clean(path)
     storage = open_storage(dest)
     report = publish(storage, infos, commit=sha, variant=variant, channel=channel)  # type: ignore[arg-type]
     if as_json:

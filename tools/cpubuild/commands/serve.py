@@ -16,7 +16,11 @@ from ..errors import UsageError
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; loopback unless you say otherwise.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request to stderr.")
 @click.option("--print-nginx-config", is_flag=True, help="Print an equivalent nginx server block instead of serving.")
-def command(directory: Path, port: int, host: str, verbose: bool, print_nginx_config: bool) -> None:
+@click.option("--follow-symlinks", is_flag=True, help="Serve links whose target stays inside DIRECTORY (default: refuse every link).")
+@click.option("--workers", default=32, show_default=True, type=click.IntRange(1, 1024), help="Worker threads (connections served at once).")
+@click.option("--idle-timeout", default=30.0, show_default=True, type=click.FloatRange(0.1, 3600), help="Seconds before an idle connection is closed.")
+def command(directory: Path, port: int, host: str, verbose: bool, print_nginx_config: bool, follow_symlinks: bool,
+            workers: int, idle_timeout: float) -> None:
     """Serve an index directory over HTTP.
 
     Directories answer with index.html, or with index.json as
@@ -30,7 +34,8 @@ def command(directory: Path, port: int, host: str, verbose: bool, print_nginx_co
         return
 
     try:
-        server = make_server(directory, host, port, verbose=verbose)
+        server = make_server(directory, host, port, verbose=verbose, follow_symlinks=follow_symlinks,
+                             workers=workers, idle_timeout=idle_timeout)
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])

@@ -89,7 +89,7 @@ def validate(document: Any, dockerfile_text: str) -> list[str]:
     declared = dockerfile.declared_args(dockerfile_text)
     for name, target in targets.items():
         where = f"target {name!r}"
-        if not TARGET_NAME.match(name):
+        if not TARGET_NAME.fullmatch(name):
             problems.append(f"{where}: name must match {TARGET_NAME.pattern}")
         if not isinstance(target, dict):
             problems.append(f"{where}: must be an object")
@@ -103,7 +103,7 @@ def validate(document: Any, dockerfile_text: str) -> list[str]:
         if isinstance(target.get("target"), str) and target["target"] not in stage_names:
             problems.append(f"{where}: stage {target['target']!r} is not in the Dockerfile ({', '.join(sorted(stage_names))})")
         platforms = target.get("platforms")
-        if not isinstance(platforms, list) or not platforms or not all(isinstance(p, str) and PLATFORM.match(p) for p in platforms):
+        if not isinstance(platforms, list) or not platforms or not all(isinstance(p, str) and PLATFORM.fullmatch(p) for p in platforms):
             problems.append(f"{where}: 'platforms' must be a non-empty list of os/arch strings")
         args = target.get("args", {})
         if not isinstance(args, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in args.items()):

@@ -186,7 +186,7 @@ def _arch(name: str, raw: dict[str, Any]) -> Arch:
 def _feature(arch: str, name: str, raw: dict[str, Any]) -> Feature:
     where = f"feature {name} ({arch})"
     known = {"cpuid", "xcr0", "permission", "hwcap", "hwcap2", "sysctl", "implies", "cpuinfo"}
-    if set(raw) - known or not NAME_PATTERN.match(name):
+    if set(raw) - known or not NAME_PATTERN.fullmatch(name):
         raise _fail(where, "bad name or unknown keys")
     cpuid = raw.get("cpuid")
     if arch == "x86_64":
@@ -245,7 +245,7 @@ def parse_hardware(data: dict[str, Any]) -> Hardware:
                 raise _fail(where, "needs exactly dtype, requires, instruction, probe")
             if set(raw["requires"]) - set(features.get(arch, {})):
                 raise _fail(where, f"unknown features {sorted(set(raw['requires']) - set(features[arch]))}")
-            if not NAME_PATTERN.match(raw["dtype"]) or not NAME_PATTERN.match(raw["probe"]):
+            if not NAME_PATTERN.fullmatch(raw["dtype"]) or not NAME_PATTERN.fullmatch(raw["probe"]):
                 raise _fail(where, "bad dtype or probe name")
             parsed_peaks.append(Peak(arch=arch, dtype=raw["dtype"], requires=tuple(raw["requires"]),
                                      instruction=raw["instruction"], probe=raw["probe"]))

@@ -3,13 +3,17 @@ or from a local directory: what `cpubuild develop --precompiled` needs."""
 
 from __future__ import annotations
 
+import base64
 import json
+import netrc
+import os
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ..errors import CpubuildError
 from .names import project_dir
@@ -52,6 +56,36 @@ class _Links(HTMLParser):
             self._open = None
 
 
+USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*)(?::[^/@\s]*)?@")
+
+
+def redact(text: str) -> str:
+    """Every URL's credentials in text shown as user:***@ (a token alone as ***@)."""
+    return USERINFO.sub(lambda m: f"{m['scheme']}{m['user'] + ':' if m['user'] and ':' in m[0][len(m['scheme']):] else ''}***@", text)
+
+
+def _credentials(url: str) -> tuple[str, str | None]:
+    """The URL without its user:password@ part, and a Basic Authorization value
+    for it: from the URL, else from ~/.netrc (or $NETRC) for its host."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port:
+            netloc += f":{parts.port}"
+        bare = urlunsplit(parts._replace(netloc=netloc))
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+        return bare, "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    try:
+        auth = netrc.netrc(os.environ.get("NETRC")).authenticators(parts.hostname or "")
+    except (OSError, netrc.NetrcParseError):
+        auth = None
+    if auth is None:
+        return url, None
+    login, password = auth[0] or "", auth[2] or ""
+    return url, "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
+
+
 def as_url(location: str) -> str:
     """An index location as a URL ending in '/': http(s)://, file:// or a path."""
     if "://" not in location:
@@ -69,16 +103,19 @@ def fetch(url: str, accept: str | None = None) -> tuple[bytes, str] | None:
                     return (path / name).read_bytes(), ctype
             return None
         return (path.read_bytes(), "application/octet-stream") if path.is_file() else None
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    bare, authorization = _credentials(url)
+    request = urllib.request.Request(bare, headers={"Accept": accept} if accept else {})
+    if authorization:
+        request.add_unredirected_header("Authorization", authorization)  # never sent on to a redirect's host
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             return response.read(), response.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
-        raise IndexReadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise IndexReadError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        raise IndexReadError(f"{redact(url)}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise IndexReadError(redact(f"{url}: {getattr(exc, 'reason', exc)}")) from None
 
 
 def project_files(index_url: str, project: str) -> list[RemoteFile] | None:
@@ -102,7 +139,7 @@ def project_files(index_url: str, project: str) -> list[RemoteFile] | None:
         parser = _Links()
         parser.feed(body.decode("utf-8"))
     except (ValueError, KeyError, TypeError) as exc:
-        raise IndexReadError(f"{page_url}: not a simple index page ({exc})") from None
+        raise IndexReadError(redact(f"{page_url}: not a simple index page ({exc})")) from None
     files = []
     for attrs, text in parser.links:
         link = attrs.get("href") or ""

@@ -52,14 +52,14 @@ def parse_wheel_name(filename: str) -> WheelName:
         raise IndexInputError(f"{filename!r} is not a plain file name")
     if not filename.endswith(".whl"):
         raise IndexInputError(f"{filename!r} is not a wheel (the name does not end in .whl)")
-    if not SAFE_WHEEL_NAME.match(filename):
+    if not SAFE_WHEEL_NAME.fullmatch(filename):
         raise IndexInputError(f"{filename!r} has characters a wheel file name cannot have")
     parts = filename[: -len(".whl")].split("-")
     label = None
     # PEP 825: name-version[-build]-python-abi-platform[-label]; a build tag starts with a digit
     if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):
         label = parts.pop()
-        if not LABEL.match(label):
+        if not LABEL.fullmatch(label):
             raise IndexInputError(f"{filename!r}: variant label {label!r} is not [0-9a-z_.]{{1,16}} (PEP 825)")
     try:
         project, version, build, tags = parse_wheel_filename("-".join(parts) + ".whl")
@@ -69,7 +69,7 @@ def parse_wheel_name(filename: str) -> WheelName:
 
 
 def check_variant(variant: str) -> str:
-    if not VARIANT_NAME.match(variant) or variant == NIGHTLY:
+    if not VARIANT_NAME.fullmatch(variant) or variant == NIGHTLY:
         raise IndexInputError(
             f"variant {variant!r} is not a valid index tree name (lower case letters, digits, '.', '_', '-'; "
             f"starting with a letter or digit, e.g. 'cpu')"
@@ -82,7 +82,7 @@ def resolve_commit(commit: str | None, *, repo: Path | None = None) -> str:
     if commit is None or not commit.strip():
         raise IndexInputError("no commit given: pass --commit SHA (the full git commit the wheels were built from)")
     commit = commit.strip()
-    if COMMIT_SHA.match(commit):
+    if COMMIT_SHA.fullmatch(commit):
         return commit
     if commit.startswith("-") or any(c.isspace() for c in commit):
         raise IndexInputError(f"--commit {commit!r} is not a commit SHA or git revision")
@@ -95,7 +95,7 @@ def resolve_commit(commit: str | None, *, repo: Path | None = None) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         proc = None
-    if proc is not None and proc.returncode == 0 and COMMIT_SHA.match(proc.stdout.strip()):
+    if proc is not None and proc.returncode == 0 and COMMIT_SHA.fullmatch(proc.stdout.strip()):
         return proc.stdout.strip()
     raise IndexInputError(
         f"--commit {commit!r} is neither a full commit SHA (40 or 64 hex digits) nor a git revision of this checkout"

@@ -355,6 +355,8 @@ def publish(
     times = _upload_times(storage, commit, variant, wheels, now)
     trees = _trees(commit, channel, wheels)
     _precheck(storage, commit, wheels, trees, variant, times)
+    for tree in dict.fromkeys([commit, *(f"{t}/{variant}" for t in trees)]):
+        storage.sweep(tree)  # leftovers of an interrupted publish (their writers are gone)
 
     stored: list[str] = []
     present: list[str] = []

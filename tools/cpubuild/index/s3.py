@@ -89,6 +89,9 @@ class S3Storage:
             return self._put(key, data, content_type, IfNoneMatch="*")
         return self._put(key, data, content_type, IfMatch=token)
 
+    def sweep(self, directory: str) -> list[str]:
+        return []  # S3 writes are whole objects: an interrupted put leaves nothing behind
+
     @contextlib.contextmanager
     def page_lock(self, directory: str) -> Iterator[None]:
         yield  # compare-and-swap does the work; no lock object to leak

@@ -7,14 +7,17 @@ server (docs/index.md shows the nginx equivalent).
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import os
 import re
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
 from .pages import JSON_CONTENT_TYPE
@@ -22,9 +25,23 @@ from .pages import JSON_CONTENT_TYPE
 HTML_V1 = "application/vnd.pypi.simple.v1+html"
 # (media type offered, file in a directory)
 OFFERS = ((JSON_CONTENT_TYPE, "index.json"), (HTML_V1, "index.html"), ("text/html", "index.html"))
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+RANGE = re.compile(r"^bytes=(\d{0,18})-(\d{0,18})$")  # 18 digits: past any file size, short of int() limits
 LATEST = re.compile(r"(?<=^application/vnd\.pypi\.simple)\.latest\+")
 CHUNK = 1 << 20
+MAX_PATH = 2048  # characters of the request path, as nginx's default large header buffer roughly allows
+MAX_COMPONENT = 255  # a file name on every file system the index lives on
+MAX_DEPTH = 32  # an index is five levels deep
+WORKERS = 32
+BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+IDLE_TIMEOUT_S = 30.0
+
+
+class BadRequest(Exception):
+    """A request the server cannot parse: answered with its status, never a dropped connection."""
+
+    def __init__(self, status: HTTPStatus) -> None:
+        super().__init__(status.phrase)
+        self.status = status
 
 
 def negotiate(accept: str | None, available: set[str]) -> str | None:
@@ -89,16 +106,28 @@ class IndexRequestHandler(BaseHTTPRequestHandler):
     server_version = "cpubuild-serve"
     root: ClassVar[Path]
     verbose: ClassVar[bool] = False
+    follow_symlinks: ClassVar[bool] = False  # links whose target stays inside the root
+    timeout = IDLE_TIMEOUT_S  # a connection idle this long (half-open included) is closed
 
     def log_message(self, format: str, *args: object) -> None:
         if self.verbose:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
     def do_GET(self) -> None:
-        self._serve(body=True)
+        self._answer(body=True)
 
     def do_HEAD(self) -> None:
-        self._serve(body=False)
+        self._answer(body=False)
+
+    def _answer(self, body: bool) -> None:
+        try:
+            self._serve(body=body)
+        except BadRequest as exc:
+            self._plain(exc.status, body=body, headers={"Connection": "close"})
+            self.close_connection = True
+        except (ValueError, UnicodeError, OverflowError):
+            self._plain(HTTPStatus.BAD_REQUEST, body=body, headers={"Connection": "close"})
+            self.close_connection = True
 
     def _plain(self, status: HTTPStatus, text: str = "", headers: dict[str, str] | None = None, body: bool = True) -> None:
         data = (text or f"{status.value} {status.phrase}\n").encode()
@@ -113,15 +142,30 @@ class IndexRequestHandler(BaseHTTPRequestHandler):
 
     def _resolve(self) -> tuple[Path | None, bool]:
         """The file system path of the request (None: not servable) and
-        whether the URL names a directory."""
+        whether the URL names a directory. Unparsable requests raise BadRequest."""
         raw = urlsplit(self.path).path
-        parts = [unquote(p) for p in raw.split("/")]
+        if len(self.path) > MAX_PATH:
+            raise BadRequest(HTTPStatus.REQUEST_URI_TOO_LONG)
+        try:
+            parts = [unquote(p, errors="strict") for p in raw.split("/")]
+        except UnicodeDecodeError:
+            raise BadRequest(HTTPStatus.BAD_REQUEST) from None
         inner = [p for p in parts[1:-1]] + ([parts[-1]] if parts[-1] else [])
+        if len(inner) > MAX_DEPTH or any(len(p.encode()) > MAX_COMPONENT for p in inner):
+            raise BadRequest(HTTPStatus.REQUEST_URI_TOO_LONG)
         for part in inner:
             # hidden names (locks, temp files), traversal and separators are never served
             if not part or part.startswith(".") or "/" in part or "\\" in part or "\x00" in part:
                 return None, False
-        return self.root.joinpath(*inner), raw.endswith("/")
+        path = self.root.joinpath(*inner)
+        return (path if self._inside(path) else None), raw.endswith("/")
+
+    def _inside(self, path: Path) -> bool:
+        """The path resolves inside the root; without follow_symlinks, no component is a link."""
+        resolved = Path(os.path.realpath(path))
+        if resolved != self.root and self.root not in resolved.parents:
+            return False
+        return self.follow_symlinks or resolved == path
 
     def _serve(self, body: bool) -> None:
         path, slash = self._resolve()
@@ -141,6 +185,9 @@ class IndexRequestHandler(BaseHTTPRequestHandler):
                 self._plain(status, body=body)
                 return
             path = path / dict(OFFERS)[chosen]
+            if not self._inside(path):
+                self._plain(HTTPStatus.NOT_FOUND, body=body)
+                return
             ctype = chosen if chosen != "text/html" else "text/html; charset=utf-8"
             vary = True
         elif path.is_file():
@@ -152,7 +199,8 @@ class IndexRequestHandler(BaseHTTPRequestHandler):
 
     def _send_file(self, path: Path, ctype: str, *, vary: bool, body: bool) -> None:
         try:
-            handle = path.open("rb")
+            flags = os.O_RDONLY | os.O_CLOEXEC | (0 if self.follow_symlinks else os.O_NOFOLLOW)
+            handle = os.fdopen(os.open(path, flags), "rb")
         except OSError:
             self._plain(HTTPStatus.NOT_FOUND, body=body)
             return
@@ -230,11 +278,52 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def make_server(root: Path, host: str = "127.0.0.1", port: int = 8000, *, verbose: bool = False) -> ThreadingHTTPServer:
-    handler = type("BoundIndexRequestHandler", (IndexRequestHandler,), {"root": root.resolve(), "verbose": verbose})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A fixed pool of worker threads: connections beyond the pool wait in a
+    bounded queue, and those beyond the queue are closed at once, so a flood
+    of idle or half-open connections cannot pile up threads."""
+
+    daemon_threads = True
+    request_queue_size = 128  # listen backlog (nginx: 511); 5 would drop SYNs under a burst
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *, workers: int = WORKERS,
+                 backlog: int | None = None) -> None:
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cpubuild-serve")
+        self.slots = threading.BoundedSemaphore(workers + (backlog if backlog is not None else 4 * workers))
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            # over capacity: a 503 (written without blocking) and close, never a queue without bound
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                request.send(BUSY)
+            self.shutdown_request(request)
+            return
+        self.pool.submit(self._work, request, client_address)
+
+    def _work(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that vanished mid-answer is not the server's problem; no traceback on stderr
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def make_server(root: Path, host: str = "127.0.0.1", port: int = 8000, *, verbose: bool = False,
+                follow_symlinks: bool = False, workers: int = WORKERS, idle_timeout: float = IDLE_TIMEOUT_S) -> BoundedHTTPServer:
+    handler = type("BoundIndexRequestHandler", (IndexRequestHandler,), {
+        "root": root.resolve(), "verbose": verbose, "follow_symlinks": follow_symlinks, "timeout": idle_timeout})
+    return BoundedHTTPServer((host, port), handler, workers=workers)
 
 
 def nginx_server_block(root: Path, host: str = "127.0.0.1", port: int = 8000) -> str:

@@ -6,6 +6,8 @@ Used after a publish in tests and benchmarks, and handy after an incident.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -15,10 +17,10 @@ from urllib.parse import unquote
 from packaging.utils import canonicalize_name
 
 from .client import _Links
-from .names import parse_wheel_name
+from .names import IndexInputError, parse_wheel_name
 from .pages import API_VERSION, PageStateError, parse_list_json, parse_project_json
-from .storage import Storage
-from .wheelfile import metadata_fields, sha256_hex
+from .storage import TEMP_PREFIX, IndexBoundaryError, LocalStorage, Storage
+from .wheelfile import metadata_fields, read_wheel_bytes, sha256_hex
 
 UPLOAD_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -30,6 +32,7 @@ class TreeReport:
     files: dict[str, str] = field(default_factory=dict)  # filename -> sha256, from the JSON pages
     html_files: dict[str, str] = field(default_factory=dict)  # filename -> sha256, from the HTML pages
     problems: list[str] = field(default_factory=list)
+    checked_wheels: set[str] = field(default_factory=set)  # keys whose whole archive was verified
 
 
 def pep691_project_problems(doc: Any) -> list[str]:
@@ -99,6 +102,12 @@ def _check_file(storage: Storage, page_dir: str, filename: str, url: str, sha: s
         report.problems.append(f"{page_dir}: {key} has sha256 {sha256_hex(blob.data)}, the page says {sha}")
     if size is not None and len(blob.data) != size:
         report.problems.append(f"{page_dir}: {key} has {len(blob.data)} bytes, the page says {size}")
+    if filename.endswith(".whl") and key not in report.checked_wheels:
+        report.checked_wheels.add(key)
+        try:
+            read_wheel_bytes(filename, blob.data)
+        except IndexInputError as exc:
+            report.problems.append(f"{page_dir}: {key} does not verify: {exc.message}")
     if meta_sha is not None:
         meta = storage.read(key + ".metadata")
         if meta is None:
@@ -165,3 +174,22 @@ def verify_tree(storage: Storage, tree: str) -> TreeReport:
             report.html_files[text] = sha
             _check_file(storage, page_dir, text, base, sha, None, core, report)
     return report
+
+
+def root_leftovers(storage: LocalStorage, *, repair: bool = False) -> list[str]:
+    """What does not belong below a local index root: temp files of an
+    interrupted publish (removed with `repair` once their writer is gone) and
+    symbolic links (reported only: publish and serve refuse to cross them)."""
+    if repair:
+        with contextlib.suppress(IndexBoundaryError):  # links are reported below, never removed
+            storage.sweep("")
+    problems: list[str] = []
+    for top, dirs, files in os.walk(storage.root, followlinks=False):
+        for name in sorted(dirs + files):
+            path = os.path.join(top, name)
+            key = os.path.relpath(path, storage.root)
+            if os.path.islink(path):
+                problems.append(f"{key}: a symbolic link below the index root")
+            elif name.startswith(TEMP_PREFIX):
+                problems.append(f"{key}: a temp file left by an interrupted publish")
+    return problems

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from ..variantsjson import VARIANT_JSON
 from .names import IndexInputError, WheelName, parse_wheel_name
+from .wheelcheck import DEFAULT_LIMITS, WheelCheckError, WheelLimits, check_wheel
 
 # Fixed timestamp for archive entries: the same input gives the same bytes.
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -85,12 +85,14 @@ def _dist_info_dir(names: Iterable[str], wheel: WheelName) -> str:
     return mine[0]
 
 
-def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
-    """Validates a wheel's name and archive and extracts its core metadata."""
+def read_wheel_bytes(filename: str, data: bytes, limits: WheelLimits = DEFAULT_LIMITS) -> WheelInfo:
+    """Validates a wheel's name and whole archive (see wheelcheck) and extracts its core metadata."""
     wheel = parse_wheel_name(filename)
+    if len(data) > limits.archive:
+        raise WheelCheckError(f"{filename}: archive: is {len(data)} bytes, over the {limits.archive}-byte cap")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, ValueError, OSError):
         raise IndexInputError(f"{filename}: not a wheel (not a zip archive)") from None
     with archive:
         names = archive.namelist()
@@ -102,33 +104,18 @@ def read_wheel_bytes(filename: str, data: bytes) -> WheelInfo:
         for required in ("METADATA", "WHEEL", "RECORD"):
             if f"{dist_info}/{required}" not in names:
                 raise IndexInputError(f"{filename}: {dist_info}/{required} is missing")
-        metadata = archive.read(f"{dist_info}/METADATA")
+    checked = check_wheel(filename, data, wheel, dist_info, limits)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
         member = f"{dist_info}/{VARIANT_JSON}"
         variant = _variant_json(filename, wheel, archive, member in names, member)
-    try:
-        fields = metadata_fields(metadata)
-    except IndexInputError as exc:
-        raise IndexInputError(f"{filename}: {exc.message}") from None
-    name, version = fields.get("Name"), fields.get("Version")
-    if not name or not version:
-        raise IndexInputError(f"{filename}: METADATA lacks Name or Version")
-    try:
-        meta_version = Version(version)
-    except InvalidVersion:
-        raise IndexInputError(f"{filename}: METADATA Version {version!r} is not a valid version") from None
-    if canonicalize_name(name) != wheel.project or meta_version != wheel.version:
-        raise IndexInputError(
-            f"{filename}: the file name says {wheel.project} {wheel.version}, its METADATA says {name} {version}"
-        )
-    requires_python = fields.get("Requires-Python")
     return WheelInfo(
         name=wheel,
-        display_name=name,
+        display_name=checked.name,
         data=data,
         sha256=sha256_hex(data),
-        metadata=metadata,
-        metadata_sha256=sha256_hex(metadata),
-        requires_python=requires_python or None,
+        metadata=checked.metadata,
+        metadata_sha256=sha256_hex(checked.metadata),
+        requires_python=checked.requires_python,
         variant=variant,
     )
 
@@ -151,11 +138,14 @@ def _variant_json(filename: str, wheel: WheelName, archive: zipfile.ZipFile, pre
     return dict(document)
 
 
-def read_wheel(path: Path) -> WheelInfo:
+def read_wheel(path: Path, limits: WheelLimits = DEFAULT_LIMITS) -> WheelInfo:
     if not path.is_file():
         raise IndexInputError(f"{path}: no such file")
     wheel = parse_wheel_name(path.name)  # reject a bad name before reading the bytes
-    return read_wheel_bytes(wheel.filename, path.read_bytes())
+    size = path.stat().st_size
+    if size > limits.archive:  # before reading it into memory
+        raise WheelCheckError(f"{wheel.filename}: archive: is {size} bytes, over the {limits.archive}-byte cap")
+    return read_wheel_bytes(wheel.filename, path.read_bytes(), limits)
 
 
 # ------------------------------------------------------------------ writing

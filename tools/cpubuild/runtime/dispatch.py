@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import DispatchError, UnknownISAError, UnsupportedISAError
+from .errors import DispatchError, ManifestError, UnknownISAError, UnsupportedISAError
 from .select import (
     FeatureReport,
     RawProbe,
@@ -87,6 +87,44 @@ def probe_host(lib: ctypes.CDLL, specs: Mapping[str, Mapping[str, Any]]) -> tupl
     return decode_features(specs, raw, darwin=sys.platform == "darwin", permission=permission), raw
 
 
+# What every manifest holds, and the type each must have (the rest is optional).
+REQUIRED: dict[str, type | tuple[type, ...]] = {"env_prefix": str, "arch": str, "probe": str, "features": (list, dict), "variants": list}
+
+
+def read_manifest(path: Path, package: str) -> dict[str, Any]:
+    """The manifest as a dict, or one ManifestError line naming the file and the problem."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ManifestError(f"{package} is not built: {path} is missing ({exc.strerror})") from None
+    except OSError as exc:
+        raise ManifestError(f"{package} is not installed properly: {path} cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{package} is not installed properly: {path} is not UTF-8 text; reinstall the package") from None
+    except ValueError as exc:
+        raise ManifestError(f"{package} is not installed properly: {path} is not JSON ({exc}); reinstall the package") from None
+    problem = _manifest_problem(doc)
+    if problem:
+        raise ManifestError(f"{package} is not installed properly: {path}: {problem}; reinstall the package")
+    return dict(doc)
+
+
+def _manifest_problem(doc: Any) -> str | None:
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    for key, kind in REQUIRED.items():
+        if not isinstance(doc.get(key), kind):
+            return f"{key!r} is missing or of the wrong type"
+    for i, variant in enumerate(doc["variants"]):
+        if not isinstance(variant, dict) or not isinstance(variant.get("name"), str) or not isinstance(variant.get("library"), str):
+            return f"variants[{i}] is not an object with string 'name' and 'library'"
+        if "/" in variant["library"] or "\\" in variant["library"] or variant["library"] in ("", ".", ".."):
+            return f"variants[{i}].library {variant['library']!r} is not a file name in the package"
+    if "/" in doc["probe"] or doc["probe"] in ("", ".", ".."):
+        return f"probe {doc['probe']!r} is not a file name in the package"
+    return None
+
+
 class Dispatcher:
     """The dispatcher of one package directory (its manifest and libraries)."""
 
@@ -102,11 +140,7 @@ class Dispatcher:
         """The build's manifest (written by cpubuild's CMake package)."""
         with self._lock:
             if "manifest" not in self._state:
-                path = self.package_dir / MANIFEST
-                try:
-                    self._state["manifest"] = json.loads(path.read_text(encoding="utf-8"))
-                except OSError as exc:
-                    raise ImportError(f"{self.package_dir.name} is not built: {path} is missing ({exc.strerror})") from None
+                self._state["manifest"] = read_manifest(self.package_dir / MANIFEST, self.package_dir.name)
             result: dict[str, Any] = self._state["manifest"]
             return result
 

@@ -29,3 +29,8 @@ class UnknownISAError(DispatchError):
 
 class NoVariantError(DispatchError):
     """The package holds no variant this CPU can run (a broken install)."""
+
+
+class ManifestError(ImportError):
+    """The package's _manifest.json is missing, not JSON or not a manifest: the
+    install is broken (an ImportError, so `import pkg` fails the usual way)."""

@@ -99,11 +99,14 @@ def probe_variants(compiler: Compiler, variants: Iterable[Variant], *, jobs: int
         else:
             pending.append((v, flags, key))
     if pending:
+        # one compile per distinct flag set: a large matrix repeats the same flags many times
+        unique = {key: flags for _v, flags, key in pending}
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            outcomes = list(pool.map(lambda item: _compile(compiler, item[1]), pending))
-        for (v, _flags, key), (ok, log) in zip(pending, outcomes, strict=True):
+            outcomes = dict(zip(unique, pool.map(lambda flags: _compile(compiler, flags), unique.values()), strict=True))
+        for v, _flags, key in pending:
+            ok, log = outcomes[key]
             results[v.name] = FlagProbe(variant=v.name, ok=ok, log="" if ok else log)
-            known[key] = {"ok": ok, "log": "" if ok else log, "variant": v.name}
+            known.setdefault(key, {"ok": ok, "log": "" if ok else log, "variant": v.name})
         cache.store(CACHE_FILE, known)
     return [results[v.name] for v in todo]
 

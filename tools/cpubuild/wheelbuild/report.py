@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .frontend import Event
 
-STAGES = ("preflight", "frontend", "configure", "compile", "package", "repair", "normalize", "finalize")
+STAGES = ("preflight", "frontend", "configure", "compile", "package", "repair", "normalize", "audit", "finalize")
 
 
 @dataclass

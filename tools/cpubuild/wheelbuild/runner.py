@@ -272,6 +272,17 @@ def _build(
     wheelzip.normalize(wheel, plan.source_date_epoch)
     contents = wheelzip.inspect(wheel)
     _verify(contents, plan)
+    reporter.stage("audit")
+    from ..audit.gate import require_clean, summary
+
+    # a violation fails the build, nothing delivered; the build tree's unstripped libraries name the functions
+    audited_wheel = require_clean(wheel, symbol_dirs=(plan.build_dir,))
+    instruction_audit = summary(audited_wheel)
+    from ..audit.record import record_guarded
+
+    record_guarded(wheel, audited_wheel, plan.source_date_epoch)  # names of declared guarded code, for later audits
+    for warning in instruction_audit["warnings"]:
+        reporter.note(f"audit: {warning}")
     reporter.stage("finalize")
     final = _deliver(wheel, plan.out_dir)
     return {
@@ -294,6 +305,7 @@ def _build(
             "policy": policy,
             "audited": audited,
             "isa_ext_check": isa_check,
+            "instruction_audit": instruction_audit,
         },
         "compiler": toolchain.cxx.display,
         "torch": {"version": plan.torch.version, "origin": plan.torch.origin} if plan.torch else None,
