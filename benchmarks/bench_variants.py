@@ -135,7 +135,7 @@ def run(config: Config) -> dict[str, Any]:
             torch_note = f"torch {torch.__version__}, {torch.get_num_threads()} threads"
         except ImportError:
             torch_note = "torch: not installed"
-    selected = _dispatch.selected_isa()
+    selected = _dispatch.DISPATCHER.selected_isa()
     meta: dict[str, Any] = {
         "title": f"cpukern {cpukern.__version__}",
         "cpukern": cpukern.__version__,

@@ -62,6 +62,37 @@ def test_no_tool_cpubuild_table(public_cpubuild: PublicCpubuild, tmp_path: Path)
     assert not (root / "wheelhouse").exists() and not (root / "build").exists()
 
 
+# A sample of the settings model's refusals (tests/unit/test_settings.py covers every
+# field through the reader): the installed CLI refuses each identically in every command.
+BAD_TABLES = {
+    "wheel.jobs = 1.5": ("[tool.cpubuild.wheel]\njobs = 1.5\n", "[tool.cpubuild.wheel] jobs"),
+    "wheel.isas (unknown)": ('[tool.cpubuild.wheel]\nisas = ["avx2"]\n', "[tool.cpubuild.wheel] isas"),
+    "ci.cpubuild with a newline": ('[tool.cpubuild.ci]\ncpubuild = "cpubuild==0.2.0\\n"\n', "[tool.cpubuild.ci] cpubuild"),
+    "baremetal.sources not a list": ('[tool.cpubuild.baremetal]\nsources = "x.c"\n', "[tool.cpubuild.baremetal] sources"),
+    "build-system = 5": ("", "[build-system]"),
+    "dynamic a string": ("", "[project] dynamic"),
+}
+SETTINGS_COMMANDS = (["doctor"], ["wheel"], ["ci"], ["bench"], ["matrix"], ["test", "--arch", "x86_64", "--cpu", "Haswell"])
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+def test_a_bad_setting_is_refused_alike_by_every_command(public_cpubuild: PublicCpubuild, tmp_path: Path,  # noqa: F811
+                                                         case: str) -> None:
+    root = project_copy(tmp_path)
+    text = (root / "pyproject.toml").read_text()
+    extra, where = BAD_TABLES[case]
+    if case == "build-system = 5":
+        text = "build-system = 5\n" + text[text.index("[project]"):]
+    elif case == "dynamic a string":
+        text = text.replace("dynamic = [", 'dynamic = "version"\nnot-dynamic = [')
+    (root / "pyproject.toml").write_text(text + "\n" + extra)
+    before = sorted(p.relative_to(root) for p in root.rglob("*") if ".git" not in p.parts)
+    lines = {one_line_error(public_cpubuild.cli(*command, cwd=root, check=False), 2, where)
+             for command in SETTINGS_COMMANDS}
+    assert len(lines) == 1, lines  # doctor fails exactly where every command does
+    assert sorted(p.relative_to(root) for p in root.rglob("*") if ".git" not in p.parts) == before
+
+
 def test_cmakelists_without_the_cpubuild_call(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
     root = project_copy(tmp_path)
     cmake = (root / "CMakeLists.txt").read_text()
@@ -164,3 +195,15 @@ def test_release_workflow_for_a_project_in_a_sub_directory(public_cpubuild: Publ
     require_tool("actionlint")
     lint = subprocess.run(["actionlint", "-no-color", str(out / "release.yml")], capture_output=True, text=True, timeout=300)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_test_isa_is_a_deprecated_spelling_of_force_variant(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
+    """`cpubuild test --isa` (renamed --force-variant: `wheel --isa` builds variants) still works, with a warning."""
+    wheel = tmp_path / "dotlib-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    proc = public_cpubuild.cli("test", "--arch", "aarch64", "--cpu", "max", str(wheel), "--isa", "neon", cwd=tmp_path, check=False)
+    assert "warning: `cpubuild test --isa` is deprecated; use --force-variant" in proc.stderr
+    one_line_error(public_cpubuild.cli("test", "--arch", "aarch64", "--cpu", "max", str(wheel), "--isa", "neon",
+                                       "--force-variant", "sve", cwd=tmp_path, check=False), 2, "disagree")
+    assert "--force-variant NAME" in public_cpubuild.cli("test", "--help", cwd=tmp_path).stdout
+    assert "--isa" not in public_cpubuild.cli("test", "--help", cwd=tmp_path).stdout

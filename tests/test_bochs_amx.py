@@ -156,7 +156,7 @@ def test_cli(tmp_path: Path, corrupt: bool) -> None:
     if corrupt:
         env[amx.CORRUPT_ENV] = "1"
     proc = run([sys.executable, "-m", "cpubuild", "test", "--arch", "x86_64", "--cpu", "bochs:sapphire_rapids",
-                "--isa", "amx", "--json", str(_manifest_wheel(tmp_path))], check=False, cwd=REPO, env=env)
+                "--force-variant", "amx", "--json", str(_manifest_wheel(tmp_path))], check=False, cwd=REPO, env=env)
     data = json.loads(proc.stdout)
     assert proc.returncode == (1 if corrupt else 0), proc.stderr
     assert data["ok"] is not corrupt

@@ -147,7 +147,7 @@ def test_forcing_a_variant_the_model_lacks_fails_cleanly(wheels: dict[str, dict[
     has, _ = MODELS[(arch, cpu)]
     missing = [f for f in MATRIX.variant(arch, forced).requires if f not in has]
     assert missing, "the case must force a variant the model cannot run"
-    rc, outcome = emulate(arch, cpu, wheels[arch]["wheel"]["path"], "--isa", forced, "--no-checks")
+    rc, outcome = emulate(arch, cpu, wheels[arch]["wheel"]["path"], "--force-variant", forced, "--no-checks")
     assert rc == 1 and not outcome["ok"]
     assert outcome["selected"] is None
     error = outcome["report_error"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require, run
+from cpubuild.toolchain.tools import BESIDE, find_tool, interpreter_dirs, path_with_interpreter_dirs, tool_origin
 from cpubuild.wheelbuild.install import install_commands
-from cpubuild.wheelbuild.tools import BESIDE, find_tool, interpreter_dirs, path_with_interpreter_dirs, tool_origin
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 from test_licenses import assert_wheel_carries
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, require_tool, run
-from cpubuild.wheelbuild import wheelzip
+from cpubuild.toolchain import wheelzip
 from cpubuild.wheelbuild.sbom import SbomInput, VariantBuild, compile_flags, make_bom
 
 jsonvalidation = pytest.importorskip("cyclonedx.validation.json")  # needs cyclonedx-python-lib[validation]

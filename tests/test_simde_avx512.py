@@ -179,22 +179,22 @@ def simde_installed() -> bool:
 @pytest.fixture(scope="module")
 def emulated() -> Iterator[dict[str, str]]:
     """Builds (or reuses) the libraries and lets ops.use_variant(name) run on
-    them: each is loaded with ctypes and entered into the dispatcher's
-    library cache under the name it reports (`avx512+simde`, ...), a name no
+    them: each is loaded with ctypes and served by the dispatcher's test seam
+    (substitute) under the name it reports (`avx512+simde`, ...), a name no
     build and no CPU check knows - the dispatcher itself is unchanged."""
     require_tool(CXX)
     require(simde_installed(), "SIMDe headers missing: apt-get install libsimde-dev (scripts/setup.sh)")
     libs = build_all()
     names = {}
-    with pytest.MonkeyPatch.context() as mp:
-        cache = _dispatch._state.setdefault("libs", {})
-        for variant, path in libs.items():
-            lib = ctypes.CDLL(str(path))
-            lib.cpukern_variant_name.restype = ctypes.c_char_p
-            names[variant] = lib.cpukern_variant_name().decode()
-            assert names[variant] == PLANS[variant].library_name
-            _threads.configure(lib)
-            mp.setitem(cache, names[variant], lib)
+    loaded = {}
+    for variant, path in libs.items():
+        lib = ctypes.CDLL(str(path))
+        lib.cpukern_variant_name.restype = ctypes.c_char_p
+        names[variant] = lib.cpukern_variant_name().decode()
+        assert names[variant] == PLANS[variant].library_name
+        _threads.configure(lib)
+        loaded[names[variant]] = lib
+    with _dispatch.DISPATCHER.substitute(loaded):
         yield names
 
 
@@ -217,7 +217,7 @@ def test_plan_covers_the_avx512_variants_and_leaves_amx_out() -> None:
 def test_the_avx512_branches_are_compiled_in(emulated: dict[str, str], variant: str) -> None:
     """The emulated library took the AVX-512 branches: 64-byte vectors and,
     where the variant has them, the vdpbf16ps / vpdpbusd micro-kernels."""
-    lib = _dispatch._state["libs"][emulated[variant]]
+    lib = _dispatch.DISPATCHER.load_variant(emulated[variant])
     lib.cpukern_vector_bytes.restype = ctypes.c_int32
     assert lib.cpukern_vector_bytes() == 64
     macros = set(PLANS[variant].macros)

@@ -45,7 +45,7 @@ PROBE = textwrap.dedent("""
             for _ in range(3):
                 out = cpukern.gemm_bf16(a, packed)
             assert float(out[0, 0]) == 512.0
-            tids = _threads.worker_tids(_dispatch.load_variant(variant))
+            tids = _threads.worker_tids(_dispatch.DISPATCHER.load_variant(variant))
             before = {t: cpu_ns(t) for t in tids}
             deadline = time.monotonic() + 0.3
             while time.monotonic() < deadline:
@@ -160,7 +160,7 @@ TORCH_MIX = textwrap.dedent("""
         for j in jobs:
             j.result()
     time.sleep(0.2)
-    tids = _threads.worker_tids(_dispatch.library())
+    tids = _threads.worker_tids(_dispatch.DISPATCHER.library())
     states = [open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in tids]
     print(json.dumps({"workers": len(tids), "states": states, "torch_threads": torch.get_num_threads(),
                       "tasks": len(os.listdir("/proc/self/task"))}))

@@ -45,7 +45,7 @@ def to_numpy(t: Any) -> Any:
 @pytest.mark.parametrize("variant", cpukern.supported_variants())
 def test_packed_nbytes_follows_the_layout_text(variant: str) -> None:
     """The fake pack_b sizes its output from the layout text: same count as the library."""
-    lib = _dispatch.load_variant(variant)
+    lib = _dispatch.DISPATCHER.load_variant(variant)
     with ops.use_variant(variant):
         for dtype, code in (("bfloat16", 0), ("int8", 1)):
             _, layout = gemm.packed_layout(dtype)

@@ -197,7 +197,7 @@ def test_variant_wheels_hold_their_levels_and_describe_themselves(built: dict[st
             libraries = {v["name"] for v in manifest["variants"] if any(n.endswith("/" + v["library"]) for n in names)}
             built_flag = {v["name"] for v in manifest["variants"] if v["built"]}
             assert libraries == built_flag == set(summary["variants"])  # the others' libraries are left out
-            problems = run([sys.executable, "-c", "import sys; from cpubuild.wheelbuild.wheelzip import record_problems; "
+            problems = run([sys.executable, "-c", "import sys; from cpubuild.toolchain.wheelzip import record_problems; "
                             "print(record_problems(__import__('pathlib').Path(sys.argv[1])))", str(path)],
                            env=dict(os.environ, PYTHONPATH=str(REPO / "tools"))).stdout.strip()
             assert problems == "[]"

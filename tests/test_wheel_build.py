@@ -26,7 +26,7 @@ import pytest
 from conftest import REPO, require, require_tool, run
 from cpubuild.errors import BuildFailedError
 from cpubuild.matrix import load_matrix
-from cpubuild.wheelbuild import repair
+from cpubuild.toolchain import repair
 from oracle import oracle_features, oracle_ranking
 from packaging.utils import parse_wheel_filename
 from test_licenses import assert_wheel_carries
@@ -293,6 +293,19 @@ def test_usage_errors_exit_2_and_write_nothing(args: list[str], message: str, tm
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert empty_or_absent(out)
+
+
+@pytest.mark.slow
+def test_config_settings_reach_scikit_build_core_and_the_report(native_host: None, tmp_path: Path) -> None:
+    """-C KEY=VALUE (here an extra CMake cache entry) is passed to the build and shown in --json."""
+    summary = build("--isa", MATRIX.baseline(ARCH).name, "--out", str(tmp_path / "out"), "--build-root", str(cache_root() / "root"),
+                    "-C", "cmake.define.CPUKERN_TEST_SETTING=seen")
+    assert summary["config_settings"] == {"cmake.define.CPUKERN_TEST_SETTING": "seen"}
+    cache = (Path(summary["build_dir"]) / "CMakeCache.txt").read_text()
+    assert "CPUKERN_TEST_SETTING:UNINITIALIZED=seen" in cache or "CPUKERN_TEST_SETTING:STRING=seen" in cache
+    proc = cpubuild("wheel", "-C", "build-dir=/elsewhere", "--out", str(tmp_path / "no"), check=False)
+    assert proc.returncode == 2 and "-C build-dir: cpubuild sets this config-setting itself" in proc.stderr
+    assert empty_or_absent(tmp_path / "no")
 
 
 def test_json_errors_are_json(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from .errors import CpukernError, NoVariantError, UnknownISAError, UnsupportedIS
 
 # Public names served from submodules, imported on first access (PEP 562).
 _LAZY = {
-    "selected_isa": "_dispatch",
+    "selected_isa": "_dispatch",  # DISPATCHER's methods
     "supported_variants": "_dispatch",
     "rms_norm": "ops",
     "fused_add_rms_norm": "ops",
@@ -59,7 +59,8 @@ def __getattr__(name: str) -> object:
 
     module_name = _LAZY[name]
     module = import_module(f".{module_name or name}", __name__)
-    value = module if module_name is None else getattr(module, name)
+    source = module.DISPATCHER if module_name == "_dispatch" else module
+    value = module if module_name is None else getattr(source, name)
     globals()[name] = value
     return value
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from . import _dispatch
+from ._dispatch import DISPATCHER
 
 # must match CpukernDtype in csrc/include/cpukern/export.h
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
@@ -30,7 +30,7 @@ def signature(name: str, *argtypes: Any, restype: Any = ctypes.c_int32) -> None:
 
 
 def function(name: str, lib: ctypes.CDLL | None = None) -> Any:
-    lib = lib if lib is not None else _dispatch.library()
+    lib = lib if lib is not None else DISPATCHER.library()
     key = (id(lib), name)
     fn = _bound.get(key)
     if fn is None:

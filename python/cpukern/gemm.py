@@ -33,9 +33,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _abi, _dispatch, ops
+from . import _abi, ops
 from ._abi import i32, i64, ptr
 from ._arrays import TORCH, Array, check_no_overlap, kind_of, require_dtype, require_writable, wrap
+from ._dispatch import DISPATCHER
 
 __all__ = ["PackedWeights", "gemm_bf16", "gemm_w8a8", "pack_b", "pack_b_int8"]
 
@@ -90,8 +91,8 @@ class PackedWeights:
 
 def _variant() -> tuple[str, Any]:
     """The variant ops run on here: `ops.use_variant`'s, else the dispatcher's."""
-    name = ops._target.get()[0] or _dispatch.selected_isa()
-    return name, _dispatch.load_variant(name)
+    name = ops._target.get()[0] or DISPATCHER.selected_isa()
+    return name, DISPATCHER.load_variant(name)
 
 
 def packed_layout(dtype: str) -> tuple[str, str]:

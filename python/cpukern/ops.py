@@ -17,9 +17,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from . import _abi, _arrays, _dispatch
+from . import _abi, _arrays
 from ._abi import f32, i32, i64, ptr
 from ._arrays import TORCH, Array, check_no_overlap, require_dtype, require_same_dtype, require_writable, rows, wrap
+from ._dispatch import DISPATCHER
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -58,7 +59,7 @@ def use_variant(name: str) -> Iterator[None]:
 
     Raises UnknownISAError / UnsupportedISAError right away when the variant
     is not built or this CPU cannot run it."""
-    _dispatch.load_variant(name)
+    DISPATCHER.load_variant(name)
     token = _target.set((name, False))
     try:
         yield
@@ -70,8 +71,8 @@ def use_variant(name: str) -> Iterator[None]:
 def use_reference() -> Iterator[None]:
     """Runs the ops in this block on the scalar reference kernels of the
     arch's baseline variant (plain loops, one thread): the tests' oracle."""
-    baseline = _dispatch.supported_variants()[0]
-    _dispatch.load_variant(baseline)
+    baseline = DISPATCHER.supported_variants()[0]
+    DISPATCHER.load_variant(baseline)
     token = _target.set((baseline, True))
     try:
         yield
@@ -82,7 +83,7 @@ def use_reference() -> Iterator[None]:
 def _kernel(op: str, dtype: str) -> Any:
     variant, reference = _target.get()
     if variant is None:
-        selection = _dispatch.selection()  # cached; a new object after _dispatch.reset()
+        selection = DISPATCHER.selection()  # cached; a new object after DISPATCHER.reset()
         if selection is not _fast_for[0]:
             _fast.clear()
             _fast_for[0] = selection
@@ -91,10 +92,10 @@ def _kernel(op: str, dtype: str) -> Any:
             fn = _fast[op] = _abi.function("cpukern_" + op)
         lib = None
     else:
-        lib = _dispatch.load_variant(variant)
+        lib = DISPATCHER.load_variant(variant)
         fn = _abi.function(("cpukern_ref_" if reference else "cpukern_") + op, lib)
     if dtype == "float16":
-        _require_float16(lib if lib is not None else _dispatch.library(), variant or _dispatch.selected_isa())
+        _require_float16(lib if lib is not None else DISPATCHER.library(), variant or DISPATCHER.selected_isa())
     return fn
 
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _abi, _dispatch, ops
+from . import _abi, ops
+from ._dispatch import DISPATCHER
 
 
 def numpy_bfloat16() -> Any:
@@ -103,7 +104,7 @@ def close(got: np.ndarray, want: np.ndarray, dtype: str) -> str | None:
 
 
 def _raw(op: str, variant: str) -> Callable[..., int]:
-    fn: Callable[..., int] = _abi.function("cpukern_" + op, _dispatch.load_variant(variant))
+    fn: Callable[..., int] = _abi.function("cpukern_" + op, DISPATCHER.load_variant(variant))
     return fn
 
 
@@ -204,7 +205,7 @@ class Results:
 
 
 def has_float16(variant: str) -> bool:
-    return bool(_abi.function("cpukern_has_float16", _dispatch.load_variant(variant))())
+    return bool(_abi.function("cpukern_has_float16", DISPATCHER.load_variant(variant))())
 
 
 def check_elementwise(results: Results, variant: str, t: Typed, rng: np.random.Generator) -> None:
@@ -280,7 +281,7 @@ def check_gemm_bf16(results: Results, variant: str, rng: np.random.Generator) ->
     bfloat16 products are exact in float32)."""
     from . import gemm
 
-    lib = _dispatch.load_variant(variant)
+    lib = DISPATCHER.load_variant(variant)
     code = gemm._KIND_CODE["bfloat16"]
     for m, k, n in ((1, 37, 19), (5, 64, 33), (17, 130, 40)):
         a = bf16_bits(rng.standard_normal((m, k)))
@@ -314,9 +315,9 @@ def run_checks(variants: list[str], *, raw_bf16: bool) -> Results:
             with ops.use_variant(variant):
                 check_elementwise(results, variant, t, rng)
                 check_rotary(results, variant, t, rng)
-        if hasattr(_dispatch.load_variant(variant), "cpukern_gemm_w8a8"):
+        if hasattr(DISPATCHER.load_variant(variant), "cpukern_gemm_w8a8"):
             check_gemm_w8a8(results, variant, rng)
-        if hasattr(_dispatch.load_variant(variant), "cpukern_gemm_bf16"):
+        if hasattr(DISPATCHER.load_variant(variant), "cpukern_gemm_bf16"):
             check_gemm_bf16(results, variant, rng)
     return results
 
@@ -329,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw-bf16", action="store_true",
                         help="pass bfloat16 as uint16 bit patterns through the C ABI even when ml_dtypes is installed")
     args = parser.parse_args(argv)
-    selected = _dispatch.selected_isa()
-    variants = [selected] if args.selected_only else _dispatch.supported_variants()
+    selected = DISPATCHER.selected_isa()
+    variants = [selected] if args.selected_only else DISPATCHER.supported_variants()
     if selected not in variants:  # CPUKERN_DISABLE_ISA may hide it from the supported list
         variants.append(selected)
     results = run_checks(variants, raw_bf16=args.raw_bf16 or numpy_bfloat16() is None)

@@ -66,6 +66,7 @@ def test_variants_default_to_those_that_need_amx(tmp_path: Path) -> None:
     ('abi-prefix = "gk"\n', "[tool.cpubuild.baremetal] sources", "non-empty list"),
     ('abi-prefix = "gk"\nsources = "csrc/gemm.cpp"\n', "[tool.cpubuild.baremetal] sources", "non-empty list"),
     ('abi-prefix = "gk"\nsources = ["csrc/missing.cpp"]\n', "[tool.cpubuild.baremetal] sources", "missing.cpp does not exist"),
+    ('abi-prefix = "gk"\nsources = ["/nonexistent/x.c"]\n', "[tool.cpubuild.baremetal] sources", "/nonexistent/x.c does not exist"),
     ('abi-prefix = "gk"\nsources = ["csrc/gemm.cpp"]\ninclude-dirs = ["inc"]\n', "[tool.cpubuild.baremetal] include-dirs",
      "inc is not a directory"),
     ('abi-prefix = "gk"\nsources = ["csrc/gemm.cpp"]\nvariants = ["neon"]\n', "[tool.cpubuild.baremetal] variants",
@@ -73,8 +74,8 @@ def test_variants_default_to_those_that_need_amx(tmp_path: Path) -> None:
 ])
 def test_bad_tables_name_the_field(tmp_path: Path, table: str, field: str, problem: str) -> None:
     header = "[tool.cpubuild.baremetal]\n" if table else ""
-    config, matrix = _project(tmp_path, header + table)
-    with pytest.raises(ContractError) as info:
+    with pytest.raises(ContractError) as info:  # types and keys when the project is read, the rest when the harness is
+        config, matrix = _project(tmp_path, header + table)
         amx.harness_config(config, matrix)
     assert info.value.where == field
     assert problem in info.value.problem

@@ -360,3 +360,15 @@ def test_malformed_data_is_refused() -> None:
     assert "undeclared arch" in _broken(setitem(["features", "riscv64"], {"v": {"hwcap": 21}}))
     assert "unknown features ['sve']" in _broken(lambda d: d["qemu"]["x86_64"][0]["features"].append("sve"))
     assert "bad name" in _broken(setitem(["features", "x86_64", "AVX-2"], {"cpuid": [7, 0, "ebx", 5]}))
+
+
+def test_one_arch_resolver_for_every_command() -> None:
+    from cpubuild.errors import UnknownArchError
+
+    hw = hardware()
+    assert hw.resolve_arch("amd64") == "x86_64" and hw.resolve_arch("ARM64") == "aarch64"
+    assert hw.resolve_arch("x86_64", ("x86_64",), offered_by="isa_matrix.toml declares") == "x86_64"
+    with pytest.raises(UnknownArchError, match=r"unknown arch 'aarch64' \(isa_matrix.toml declares: x86_64\)"):
+        hw.resolve_arch("aarch64", ("x86_64",), offered_by="isa_matrix.toml declares")
+    with pytest.raises(UnknownArchError, match=r"unknown arch 'sparc64' \(cpubuild knows: x86_64"):
+        hw.resolve_arch("sparc64")

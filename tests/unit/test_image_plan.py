@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import CPUKERN_MATRIX
-from cpubuild.commands.image import make_specs
 from cpubuild.docker import bake, dockerfile, plan
+from cpubuild.docker.images import make_specs
 from cpubuild.docker.platforms import parse_platforms, wheel_arch
 from cpubuild.errors import UnknownISAError, UsageError
 from cpubuild.hardware import Arch

@@ -651,3 +651,9 @@ def test_bridge_runs_as_a_module_with_the_standard_library_only(tmp_path: Path) 
     bad = subprocess.run([sys.executable, "-I", "-c", code, "--project", str(project), "cmake", "--arch", "mips",
                           "--compiler", "gcc", "--out", str(tmp_path / "x")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no variants for 'mips'" in bad.stderr
+
+
+def test_a_name_with_a_trailing_newline_is_refused() -> None:
+    """Full-string matching: `name = "avx512\n"` is no variant name (it failed late, inside the build)."""
+    with pytest.raises(MatrixError, match="name"):
+        parse_matrix({"schema": 2, "variant": [_variant("baseline\n", priority=0, flags=["-O2"])]})

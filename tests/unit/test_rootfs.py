@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from conftest import CPUKERN_MATRIX
-from cpubuild.commands.test import base_model, last_json, parse_model_list, signal_name, wheel_arch
 from cpubuild.emulate.rootfs import (
     STAMP,
     TEST_PACKAGES,
@@ -21,6 +20,7 @@ from cpubuild.emulate.rootfs import (
     is_ready,
     unpack_wheel,
 )
+from cpubuild.emulate.testrun import base_model, last_json, parse_model_list, signal_name, wheel_arch
 from cpubuild.errors import UsageError
 from cpubuild.matrix import load_matrix
 
@@ -184,7 +184,7 @@ def test_last_json_finds_the_object_after_noise() -> None:
 def test_find_wheel_picks_the_newest_of_the_arch_and_project(tmp_path: Path) -> None:
     import os
 
-    from cpubuild.commands.test import find_wheel
+    from cpubuild.emulate.testrun import find_wheel
 
     old = tmp_path / "cpukern-0.1.0+cpu-py3-none-manylinux_2_27_aarch64.whl"
     new = tmp_path / "cpukern-0.2.0+cpu-py3-none-manylinux_2_27_aarch64.whl"

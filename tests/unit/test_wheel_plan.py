@@ -266,3 +266,17 @@ def test_static_version_plan_is_relabelled_after_the_build() -> None:
     assert plan.relabel and plan.source_version == "2.1.0"
     assert plan.version == f"2.1.0+cpu.{label_segment(optional('x86_64')[0])}"
     assert not plan_for([]).relabel  # the default: the provider already sets the labelled version
+
+
+def test_user_config_settings_join_the_plan_but_not_cpubuilds_own() -> None:
+    isa = resolve_isa_set(MATRIX, "x86_64", [])
+    common = dict(matrix=MATRIX, project=Path("/src"), isa=isa, platform="linux-native", source=SOURCE,
+                  build_root=Path("/cache/build"), out_dir=Path("/out"), frontend="build", isolated=False,
+                  jobs=2, ccache=None, repair=True, clean=False)
+    plan = make_plan(**common, extra_settings={"cmake.build-type": "RelWithDebInfo", "cmake.define.FOO": "1"})  # type: ignore[arg-type]
+    assert plan.config_settings["cmake.build-type"] == "RelWithDebInfo"
+    assert plan.config_settings["cmake.define.FOO"] == "1"
+    assert dict(plan.extra_settings) == {"cmake.build-type": "RelWithDebInfo", "cmake.define.FOO": "1"}
+    for key in ("build-dir", "wheel.reproducible", "cmake.define.CPUBUILD_ISA"):
+        with pytest.raises(UsageError, match=f"-C {key}: cpubuild sets this config-setting itself"):
+            make_plan(**common, extra_settings={key: "x"})  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ import click
 
 from . import __version__
 from .errors import CpubuildError
-from .wheelbuild.tools import use_interpreter_dirs
+from .toolchain.tools import use_interpreter_dirs
 
 # command name -> (module in cpubuild.commands exposing a click command
 # `command`, one-line help shown by `cpubuild --help` without importing it)

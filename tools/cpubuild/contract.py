@@ -11,8 +11,9 @@ library only: the CMake bridge reads it inside isolated builds.
     selftest = "dotlib.selftest"    # `python -m <this> --json` checks a build (default: the report only)
     benchmark = "benchmarks/bench.py"  # `python <this> --variants a,b --json` times them (default: none)
 
-Sub-tables: [tool.cpubuild.wheel] (wheelbuild.options), [tool.cpubuild.ci]
-(commands.ci), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare
+Every key and sub-table is declared once in cpubuild.settings (model.py);
+this module derives the project facts. Sub-tables: [tool.cpubuild.wheel]
+(wheelbuild.options), [tool.cpubuild.ci] (commands.ci), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare
 metal under Bochs 3.0).
 """
 
@@ -25,6 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .settings import CpubuildSettings, SettingsError, fields_of, read_table
+from .settings import LocatedError as LocatedError
+from .settings import model as settings_model
+from .settings.reader import CONTROL
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 only
@@ -33,29 +39,16 @@ else:  # pragma: no cover - Python 3.10 only
 TABLE = "tool.cpubuild"
 # ctypes: plain C ABI libraries loaded with ctypes; torch: torch C++ extensions
 # (TORCH_LIBRARY) loaded with torch.ops.load_library, one variant per process.
-KINDS = ("ctypes", "torch")
-DEFAULT_MATRIX = "isa_matrix.toml"
-PACKAGE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PREFIX_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
-MODULE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-# Sub-tables other modules own (each validates its own keys).
-SUB_TABLES = ("wheel", "ci", "baremetal")
-KEYS = ("package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", *SUB_TABLES)
+KINDS = settings_model.KINDS
+DEFAULT_MATRIX = settings_model.DEFAULT_MATRIX
+MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# PEP 508 distribution names
+DIST_NAME = re.compile(r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]")
+SUB_TABLES = tuple(f.key for f in fields_of(CpubuildSettings) if f.kind == "table")
+KEYS = tuple(f.key for f in fields_of(CpubuildSettings))
 DOCS = "docs/project.md"
 
-
-class LocatedError(ValueError):
-    """A problem in a project file: which file, where in it, and what (often with the fix)."""
-
-    def __init__(self, path: Path | str, where: str, problem: str) -> None:
-        self.path = str(path)
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{self.path}: {where}: {problem}")
-
-
-class ContractError(LocatedError):
-    """A problem in pyproject.toml's [tool.cpubuild]."""
+ContractError = SettingsError  # one error class for every bad setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +77,8 @@ class ProjectConfig:
     benchmark: Command | None
     source: Path | None  # the package's source directory, when declared
     static_version: str | None  # [project] version, when not dynamic
-    tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci, baremetal)
+    tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci, baremetal), as written
+    settings: CpubuildSettings = field(hash=False, default_factory=CpubuildSettings)  # all, typed
 
     @property
     def root(self) -> Path:
@@ -123,60 +117,69 @@ def has_table(data: dict[str, Any]) -> bool:
     return isinstance(tool, dict) and "cpubuild" in tool
 
 
-def _command(path: Path, key: str, value: Any, *, module: bool) -> Command | None:
+def _command(path: Path, key: str, value: str | None, *, module: bool) -> Command | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip():
-        raise ContractError(path, f"[{TABLE}] {key}", "must be a non-empty string")
     try:
         words = shlex.split(value)
     except ValueError as exc:
         raise ContractError(path, f"[{TABLE}] {key}", f"cannot be split into words: {exc}") from None
-    if module and not MODULE_PATTERN.match(words[0]):
+    if module and not MODULE_PATTERN.fullmatch(words[0]):
         raise ContractError(path, f"[{TABLE}] {key}", f"{words[0]!r} is not a module name (e.g. mypkg.selftest)")
     return Command(target=words[0], args=tuple(words[1:]))
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) and not CONTROL.search(v) for v in value)
+
+
+def check_standard_tables(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The PEP 517/621 fields cpubuild reads, type-checked; returns [project]."""
+    system = data.get("build-system", {})
+    if not isinstance(system, dict):
+        raise ContractError(path, "[build-system]", "must be a table")
+    if "requires" in system and not _strings(system["requires"]):
+        raise ContractError(path, "[build-system] requires", "must be a list of requirement strings")
+    if "build-backend" in system and not isinstance(system["build-backend"], str):
+        raise ContractError(path, "[build-system] build-backend", "must be a string")
+    project = data.get("project", {})
+    if not isinstance(project, dict):
+        raise ContractError(path, "[project]", "must be a table")
+    name = project.get("name")
+    if not isinstance(name, str) or not name:
+        raise ContractError(path, "[project] name", "is required")
+    if not DIST_NAME.fullmatch(name):
+        raise ContractError(path, "[project] name", f"{name!r} is not a distribution name (letters, digits, '.', '_', '-')")
+    for key in ("dynamic", "dependencies"):
+        if key in project and not _strings(project[key]):
+            raise ContractError(path, f"[project] {key}", "must be a list of strings")
+    return project
+
+
 def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
-    """Validates [tool.cpubuild] (which must exist) and fills in the defaults."""
+    """Validates [tool.cpubuild] (which must exist; every sub-table through the
+    settings model) and the standard fields cpubuild reads, fills in the defaults."""
     if not has_table(data):
         raise ContractError(
             path, f"[{TABLE}]", f"missing; add a [{TABLE}] table (at least `package = \"NAME\"`), see {DOCS}"
         )
     table = data["tool"]["cpubuild"]
-    if not isinstance(table, dict):
-        raise ContractError(path, f"[{TABLE}]", "must be a table")
-    for key in table:
-        if key not in KEYS:
-            raise ContractError(path, f"[{TABLE}] {key}", f"unknown key (known: {', '.join(KEYS)})")
-    raw_project = data.get("project")
-    project: dict[str, Any] = raw_project if isinstance(raw_project, dict) else {}
-    dist_name = project.get("name")
-    if not isinstance(dist_name, str) or not dist_name:
-        raise ContractError(path, "[project] name", "is required")
-    package = table.get("package", re.sub(r"[-.]+", "_", dist_name).lower())
-    if not isinstance(package, str) or not PACKAGE_PATTERN.match(package):
+    model: CpubuildSettings = read_table(CpubuildSettings, table, path, TABLE)
+    project = check_standard_tables(data, path)
+    dist_name = project["name"]
+    package = model.package or re.sub(r"[-.]+", "_", dist_name).lower()
+    if not re.fullmatch(settings_model.PACKAGE, package):
         raise ContractError(path, f"[{TABLE}] package", f"{package!r} is not a Python package name")
-    prefix = table.get("env-prefix", package.upper())
-    if not isinstance(prefix, str) or not PREFIX_PATTERN.match(prefix):
+    prefix = model.env_prefix or package.upper()
+    if not re.fullmatch(settings_model.PREFIX, prefix):
         raise ContractError(path, f"[{TABLE}] env-prefix", f"{prefix!r} must be upper-case letters, digits and '_' (e.g. {package.upper()})")
-    matrix = table.get("matrix", DEFAULT_MATRIX)
-    if not isinstance(matrix, str) or not matrix:
-        raise ContractError(path, f"[{TABLE}] matrix", "must be a path relative to pyproject.toml")
-    kind = table.get("kind", "ctypes")
-    if kind not in KINDS:
-        raise ContractError(path, f"[{TABLE}] kind", f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
-    source = table.get("source")
-    if source is not None and (not isinstance(source, str) or not source):
-        raise ContractError(path, f"[{TABLE}] source", "must be the package's source directory, relative to pyproject.toml")
-    for key in SUB_TABLES:
-        if key in table and not isinstance(table[key], dict):
-            raise ContractError(path, f"[{TABLE}.{key}]", "must be a table")
     dynamic = project.get("dynamic", [])
     version = project.get("version")
     if "version" not in dynamic and not isinstance(version, str):
         raise ContractError(path, "[project] version", "is required (a static string, or \"version\" in project.dynamic)")
-    if kind == "torch" and "dependencies" not in dynamic:
+    if isinstance(version, str) and CONTROL.search(version):
+        raise ContractError(path, "[project] version", f"{version!r} holds a control character")
+    if model.kind == "torch" and "dependencies" not in dynamic:
         raise ContractError(path, "[project] dynamic", "a torch project lists \"dependencies\" there: cpubuild's provider "
                             "pins the torch minor it was built against (the C++ ABI changes between minors), see docs/project.md")
     return ProjectConfig(
@@ -184,13 +187,14 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
         dist_name=dist_name,
         package=package,
         env_prefix=prefix,
-        matrix=path.parent / matrix,
-        kind=kind,
-        selftest=_command(path, "selftest", table.get("selftest"), module=True),
-        benchmark=_command(path, "benchmark", table.get("benchmark"), module=False),
-        source=path.parent / source if source else None,
+        matrix=path.parent / model.matrix,
+        kind=model.kind,
+        selftest=_command(path, "selftest", model.selftest, module=True),
+        benchmark=_command(path, "benchmark", model.benchmark, module=False),
+        source=path.parent / model.source if model.source else None,
         static_version=version if "version" not in dynamic else None,
         tables={key: dict(table.get(key, {})) for key in SUB_TABLES},
+        settings=model,
     )
 
 

@@ -23,6 +23,10 @@ class MatrixFileError(UsageError):
     """isa_matrix.toml is invalid."""
 
 
+class UnknownArchError(UsageError):
+    """An arch name (or alias) that is not among those offered."""
+
+
 class UnknownISAError(UsageError):
     """An ISA name that is not in the matrix for the target arch."""
 

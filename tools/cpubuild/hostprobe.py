@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from .cache import cache_dir, digest
 from .hardware import hardware, host_arch
 from .runtime.dispatch import probe_host
-from .wheelbuild.cache import cache_dir, digest
-from .wheelbuild.tools import find_tool
+from .toolchain.tools import find_tool
 
 PROBE_SOURCE = Path(__file__).with_name("runtime") / "probe.c"
 

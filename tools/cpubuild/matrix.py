@@ -37,7 +37,7 @@ MANIFEST_SCHEMA = 2
 # -march=native and friends tune a wheel to the build machine (vLLM's s390x
 # build does this): such a wheel SIGILLs elsewhere.
 NATIVE_FLAG = re.compile(r"^-m(arch|cpu|tune)=native(\+.*)?$")
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\Z")  # \Z: no trailing newline
 # Names the build and the CLI use for other things.
 RESERVED_NAMES = ("all", "native", "probe", "common")
 PRIORITY_STEP = 10  # a variant that extends another and names no priority: the parent's + this

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import __version__
-from .wheelbuild.cache import cache_dir
+from .cache import cache_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 WHEEL_TEXT = "Wheel-Version: 1.0\nGenerator: cpubuild (selfwheel)\nRoot-Is-Purelib: true\nTag: py3-none-any\n"

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from .cache import cache_dir
 from .errors import UsageError
 from .hardware import Arch
-from .wheelbuild.cache import cache_dir
 
 # What of a torch wheel a build needs.
 BUILD_MEMBERS = ("torch/include/", "torch/lib/", "torch/version.py")

@@ -13,7 +13,7 @@ from typing import Any
 from .errors import UsageError
 
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/peps/825/v0.1.1.json"
-LABEL = re.compile(r"^[0-9a-z_.]{1,16}$")  # a PEP 825 variant label
+LABEL = re.compile(r"^[0-9a-z_.]{1,16}\Z")  # a PEP 825 variant label
 NULL_LABEL = "null"  # PEP 825: the variant with no properties
 VARIANT_JSON = "variant.json"  # a variant wheel's description, in its .dist-info
 

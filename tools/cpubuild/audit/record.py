@@ -14,7 +14,7 @@ import json
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from ..wheelbuild import wheelzip
+from ..toolchain import wheelzip
 from .check import MANIFEST_NAME, RECORD_NAME, AuditResult
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hardware import Peak, hardware
-from ..wheelbuild.tools import find_tool
+from ..toolchain.tools import find_tool
 
 PROBE_SOURCE = Path(__file__).with_name("peak.c")
 # -O1: GCC 12's -O2 scheduler spills and copies the twelve SSE accumulator

@@ -35,7 +35,8 @@ from ..bench import targets as bench_targets
 from ..bench.plot import group, speedup_ladder
 from ..errors import BenchmarkError, ToolMissingError, UsageError
 from ..project import Project, find_project
-from ..wheelbuild.tools import find_user_program
+from ..settings import split_list
+from ..toolchain.tools import find_user_program
 
 
 def runnable_variants(package: str, python: str = sys.executable) -> list[str]:
@@ -78,7 +79,7 @@ def resolve_python(value: str | None) -> str:
 def choose_variants(requested: str | None, runnable: Sequence[str]) -> list[str]:
     if requested is None:
         return list(runnable)
-    wanted = [v.strip() for v in requested.split(",") if v.strip()]
+    wanted = list(split_list(requested))
     if not wanted:
         raise UsageError("--variants: empty list")
     unknown = [v for v in wanted if v not in runnable]

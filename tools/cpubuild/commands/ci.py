@@ -33,7 +33,7 @@ from ..matrix import Matrix, MatrixError, load_matrix
 from ..project import Project, find_project
 from ..supplychain import install_spec
 from ..supplychain import pin_actions as pin_workflow
-from ..wheelbuild.tools import find_tool
+from ..toolchain.tools import find_tool
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,8 +100,12 @@ def load_cases(path: Path, matrix: Matrix) -> list[EmulationCase]:
         if not isinstance(raw, dict) or set(raw) - {"arch", "cpu", "expect", "checks"}:
             raise UsageError(f"{where}: keys are arch, cpu, expect and checks")
         arch, cpu, expect, checks = raw.get("arch"), raw.get("cpu"), raw.get("expect"), raw.get("checks", True)
-        if arch not in matrix.arches:
-            raise UsageError(f"{where}: unknown arch {arch!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
+        if not isinstance(arch, str):
+            raise UsageError(f"{where}: arch must be a string")
+        try:
+            arch = hardware().resolve_arch(arch, matrix.arches, offered_by="isa_matrix.toml declares")
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc.message}") from None
         names = [v.name for v in matrix.variants_for(str(arch))]
         if expect not in names:
             raise UsageError(f"{where}: {expect!r} is not a variant of {arch} (known: {', '.join(names)})")

@@ -30,7 +30,7 @@ from ..index.names import NIGHTLY, IndexInputError, check_variant, parse_wheel_n
 from ..index.precompiled import LIBRARY, FileInTheWayError, members_to_extract, place_products
 from ..index.wheelfile import read_wheel_bytes, sha256_hex, write_wheel
 from ..project import Project, find_project
-from ..wheelbuild.tools import find_tool
+from ..toolchain.tools import find_tool
 
 INDEX_ENV = "CPUBUILD_INDEX_URL"
 BASE_REFS = ("origin/main", "main")

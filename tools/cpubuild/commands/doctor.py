@@ -8,6 +8,7 @@ needs is missing, else 0.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project, find_project
+from ..runtime.select import lacking
+from ..settings import SettingsError
+from ..toolchain.tools import ToolStatus, apt_fix, check, find_tool, tool_origin
 from ..wheelbuild import frontend
-from ..wheelbuild.options import FRONTENDS
+from ..wheelbuild.options import FRONTENDS, layer_options
 from ..wheelbuild.report import dump_json
-from ..wheelbuild.tools import ToolStatus, apt_fix, check, find_tool, tool_origin
 
 DOCS = "docs/project.md"
 
@@ -64,7 +67,7 @@ def cpu_checks(matrix: Matrix, host: Host) -> list[Check]:
                     detail=f"found ({features.source}): {' '.join(n for n in names if n in features.found) or '-'}; "
                            f"not found: {' '.join(n for n in names if n not in features.found) or '-'}",
                     fix=None, required=False)]
-    runnable = [v.name for v in matrix.variants_for(host.arch) if all(f in features.found for f in v.requires)]
+    runnable = [v.name for v in matrix.variants_for(host.arch) if not lacking(v.requires, features.found)]
     if runnable:
         checks.append(Check(section="cpu", name="variants this CPU runs", ok=True, detail=", ".join(runnable), fix=None, required=False))
     return checks
@@ -88,6 +91,11 @@ def project_checks(project: Project) -> list[Check]:
                      fix=(fix or f"see {DOCS}") if problem else None, required=required)
 
     checks = [item("contract", None, f"[tool.cpubuild] package {config.package}, env prefix {config.env_prefix}_, kind {config.kind}")]
+    try:  # the CPUBUILD_* variables `cpubuild wheel` would layer over [tool.cpubuild.wheel]
+        layer_options(pyproject=config.tables.get("wheel", {}), environ=os.environ, cli={}, project=project.root, cwd=Path.cwd())
+        checks.append(item("wheel options", None, "[tool.cpubuild.wheel] and CPUBUILD_* variables"))
+    except SettingsError as exc:
+        checks.append(item("wheel options", str(exc), "", fix="see docs/wheels.md"))
     try:
         matrix = project.load_matrix()
         checks.append(item("matrix", None, f"{matrix.path}: {len(matrix.variants)} variants for {', '.join(matrix.arches)}"))

@@ -30,6 +30,8 @@ from ..errors import CpubuildError, UsageError
 from ..hardware import hardware
 from ..licenses import DEFAULT as DEFAULT_LICENSE
 from ..licenses import license_text, spdx_expression
+from ..runtime.select import env_names
+from ..settings import split_list
 from ..templates import read_template, render, render_project
 
 if sys.version_info >= (3, 11):
@@ -76,18 +78,12 @@ def project_names(name: str) -> Names:
 def parse_arches(values: tuple[str, ...]) -> tuple[str, ...]:
     """`--arch x86_64,aarch64` (repeatable, aliases accepted) -> template arches, in file order."""
     wanted: set[str] = set()
-    for value in values:
-        for word in value.split(","):
-            word = word.strip()
-            if not word:
-                continue
-            arch = hardware().canonical_arch(word)
-            if arch is None:
-                raise UsageError(f"--arch {word}: unknown arch (cpubuild init writes {', '.join(TEMPLATE_ARCHES)})")
-            if arch not in TEMPLATE_ARCHES:
-                raise UsageError(f"--arch {word}: cpubuild init has no template for {arch} "
-                                 f"(it writes {', '.join(TEMPLATE_ARCHES)}; add {arch} variants to isa_matrix.toml yourself)")
-            wanted.add(arch)
+    for word in split_list(values):
+        arch = hardware().resolve_arch(word)
+        if arch not in TEMPLATE_ARCHES:
+            raise UsageError(f"--arch {word}: cpubuild init has no template for {arch} "
+                             f"(it writes {', '.join(TEMPLATE_ARCHES)}; add {arch} variants to isa_matrix.toml yourself)")
+        wanted.add(arch)
     if not wanted:
         raise UsageError(f"--arch: name at least one arch ({', '.join(TEMPLATE_ARCHES)})")
     return tuple(a for a in TEMPLATE_ARCHES if a in wanted)
@@ -181,6 +177,6 @@ def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], lice
     for rel in files:
         click.echo(f"wrote {directory / rel}")
     click.echo(f"\n{names.dist}: {kind} project, package {names.package}, variants for {', '.join(chosen)}, "
-               f"{names.prefix}_ISA forces a variant. Next:")
+               f"{env_names(names.prefix)[0]} forces a variant. Next:")
     click.echo(f"  cpubuild wheel --project {directory} --install python3" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
     click.echo(f"  python3 -m pip install pytest && (cd {directory} && python3 -m pytest)")

@@ -15,7 +15,7 @@ from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import find_project
-from ..wheelbuild import compilers
+from ..toolchain import compilers
 from ..wheelbuild.report import dump_json
 
 

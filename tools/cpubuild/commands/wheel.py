@@ -1,144 +1,32 @@
-"""`cpubuild wheel`: one repaired, reproducible wheel for a set of ISA variants."""
+"""`cpubuild wheel`: one repaired, reproducible wheel for a set of ISA variants
+(the work is cpubuild.wheelbuild.build; the options are fields of settings.WheelSettings)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .. import hostprobe, torchdist
-from ..errors import CpubuildError, ToolMissingError, UsageError
-from ..hardware import Arch, hardware
-from ..matrix import Matrix
-from ..platforms import Host, select_platform
-from ..project import Project, find_project
-from ..selfwheel import self_wheel
-from ..torchdist import TorchBuild
+from ..errors import CpubuildError, UsageError
+from ..project import find_project
+from ..settings import WheelSettings
+from ..settings.clickopts import given, settings_options
+from ..wheelbuild.build import build_wheel
 from ..wheelbuild.install import install_wheel
-from ..wheelbuild.options import FRONTENDS, SWITCHES, WheelOptions, layer_options
-from ..wheelbuild.plan import BuildPlan, best_runnable, make_plan, resolve_isa_set
-from ..wheelbuild.report import dump_json, make_reporter, render_summary
-from ..wheelbuild.runner import execute
-from ..wheelbuild.tools import find_tool
-from ..wheelbuild.variantwheels import make_variant_wheels, plan_level_wheels
-
-
-def resolve_ccache(choice: str) -> str | None:
-    path = find_tool("ccache")
-    if choice == "off":
-        return None
-    if choice == "on" and path is None:
-        raise ToolMissingError("--ccache on, but ccache is not installed", detail="fix: apt-get install -y ccache")
-    return path
-
-
-def plan_from_options(
-    project: Project, matrix: Matrix, options: WheelOptions, *, host: Host, verbose: bool = False
-) -> BuildPlan:
-    """Options -> plan: validates the arch and ISA names, resolves the version. Runs nothing."""
-    arch = (hardware().canonical_arch(options.arch) or options.arch) if options.arch else host.arch
-    if arch not in matrix.arches:
-        raise UsageError(f"unknown arch {options.arch or arch!r} ({matrix.path} has variants for: {', '.join(matrix.arches)})")
-    platform = select_platform(matrix.arches[arch], host)
-
-    def native() -> str:
-        features = hostprobe.host_features(arch, matrix.features.get(arch, {}))
-        return best_runnable(matrix, arch, features.found).name
-
-    isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None)
-    torch = torch_for(project, matrix.arches[arch], options.torch, native=arch == host.arch)
-    isolated = not project.backend_importable() if options.isolation == "auto" else options.isolation == "on"
-    return make_plan(
-        matrix=matrix,
-        project=project.root,
-        isa=isa,
-        platform=platform.name,
-        source=project.source_version(),
-        build_root=options.build_root or project.root / "build" / "cpubuild",
-        # given paths are absolute by now; the default wheelhouse/ is the project's (where `cpubuild test --project` looks)
-        out_dir=project.root / options.out,
-        frontend=(("uv" if find_tool("uv") else "build") if options.frontend == "auto" else options.frontend),
-        isolated=isolated,
-        jobs=options.jobs or os.cpu_count() or 1,
-        ccache=resolve_ccache(options.ccache),
-        repair=options.repair,
-        clean=options.clean,
-        verbose=verbose,
-        inherited_ccache_ignore=os.environ.get("CCACHE_IGNOREOPTIONS", ""),
-        relabel=project.config.static_version is not None,
-        torch=torch,
-        # An isolated build installs build-system.requires: cpubuild resolves to this one,
-        # and torch (which the build does not use: CMake gets the torch above) to the one here.
-        extra_env=self_wheel().pip_env(torchdist.build_env_pins(torch)) if isolated else None,
-    )
-
-
-def torch_for(project: Project, arch: Arch, requested: str | None, *, native: bool) -> TorchBuild | None:
-    """The torch a torch project builds against: this Python's (native, unless
-    another version is asked for), else the requested version's wheel for the
-    target arch, downloaded (default: this Python's version)."""
-    if project.config.kind != "torch":
-        if requested:
-            raise UsageError(f"--torch {requested}: {project.config.dist_name} is not a torch project ([tool.cpubuild] kind = torch)")
-        return None
-    here = torchdist.installed_version()
-    if native and (requested is None or (here and torchdist.same_release(here, requested))):
-        return torchdist.installed(requested)
-    if requested is None:
-        if here is None:
-            raise UsageError("a cross build of a torch project needs --torch X.Y.Z (this Python has no torch to follow)")
-        requested = torchdist.release(here)
-    return torchdist.downloaded(requested, arch)
+from ..wheelbuild.report import dump_json, render_summary
 
 
 @click.command(name="wheel")
-@click.option("--isa", "isa", multiple=True, metavar="NAME[,NAME]",
-              help="Variants to include (repeatable, comma-separated): names from isa_matrix.toml, "
-                   "'all' (default: every variant of the arch) or 'native' (the best this host runs). "
-                   "The baseline is always included.")
-@click.option("--arch", help="Target arch from isa_matrix.toml (default: the host's).")
-@click.option("--out", type=click.Path(path_type=Path), help="Output directory (default: <project>/wheelhouse/).")
+@settings_options(WheelSettings)
 @click.option("--project", "project_dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Project directory (default: the nearest one above the working directory).")
-@click.option("--build-root", type=click.Path(path_type=Path), help="Where the per-(arch, ISA set) build directories live (default: <project>/build/cpubuild).")
-@click.option("--frontend", type=click.Choice(FRONTENDS), help="PEP 517 frontend (default: auto = uv when installed, else build).")
-@click.option("--isolation", type=click.Choice(SWITCHES), help="Isolated build environment (default: auto, i.e. only when the backend is not installed here).")
-@click.option("-j", "--jobs", type=int, help="Parallel compile jobs (default: all CPUs).")
-@click.option("--ccache", type=click.Choice(SWITCHES), help="Compiler cache (default: auto, used when installed).")
-@click.option("--repair/--no-repair", default=None, help="auditwheel repair (default: on).")
-@click.option("--clean", is_flag=True, default=None, help="Start from an empty build directory.")
-@click.option("--torch", "torch", default=None, metavar="X.Y.Z",
-              help="Torch projects: the torch to build against (native: the environment's, which must be this version; "
-                   "cross: its wheel for the target is fetched). The wheel pins torch==X.Y.* and is labelled +cpu.ptXY.")
-@click.option("--variant-wheels", is_flag=True, default=None,
-              help="Also make PEP 825 variant wheels from the wheel (pyproject variant-wheels, CPUBUILD_VARIANT_WHEELS): one per install-time CPU level the variants map to "
-                   "(x86-64 v1..v4; the matrix's install-level), plus `null`, and {name}-{version}-variants.json.")
 @click.option("--install", "install_into", is_flag=False, flag_value="", default=None, metavar="[PYTHON]",
               help="Install the built wheel into PYTHON (default: the Python running cpubuild), replacing an installed copy.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress; print only the wheel path.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream the full build log.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
-def command(
-    isa: tuple[str, ...],
-    arch: str | None,
-    out: Path | None,
-    project_dir: Path | None,
-    build_root: Path | None,
-    frontend: str | None,
-    isolation: str | None,
-    jobs: int | None,
-    ccache: str | None,
-    repair: bool | None,
-    clean: bool | None,
-    torch: str | None,
-    variant_wheels: bool | None,
-    install_into: str | None,
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
-) -> None:
+def command(project_dir: Path | None, install_into: str | None, quiet: bool, verbose: bool, as_json: bool, **options: Any) -> None:
     """Build one repaired, reproducible wheel holding a set of ISA variants.
 
     Options come from, in rising precedence: pyproject.toml [tool.cpubuild.wheel],
@@ -147,12 +35,7 @@ def command(
     if quiet and verbose:
         raise UsageError("-q and -v exclude each other")
     try:
-        summary = _run(
-            cli={"isa": isa, "arch": arch, "out": out, "build_root": build_root, "frontend": frontend,
-                 "isolation": isolation, "jobs": jobs, "ccache": ccache, "repair": repair, "clean": clean,
-                 "torch": torch, "variant_wheels": variant_wheels},
-            project_dir=project_dir, quiet=quiet, verbose=verbose,
-        )
+        summary = build_wheel(find_project(project_dir), cli=given(WheelSettings, options), quiet=quiet, verbose=verbose)
     except CpubuildError as exc:
         if as_json:
             click.echo(dump_json({"ok": False, "error": exc.message, "detail": exc.detail, "exit_code": exc.exit_code}))
@@ -176,30 +59,3 @@ def command(
         if "installed_into" in summary:
             click.echo(f"installed into {summary['installed_into']}")
         click.echo(summary["wheel"]["path"])  # last line, for scripts: pip install "$(cpubuild wheel | tail -n1)"
-
-
-def _run(*, cli: dict[str, Any], project_dir: Path | None, quiet: bool, verbose: bool) -> dict[str, Any]:
-    project = find_project(project_dir)
-    problems = project.cmake_problems()
-    if problems:
-        raise UsageError(problems[0])
-    options = layer_options(
-        pyproject=project.tool("cpubuild", "wheel") or {},
-        environ=os.environ,
-        cli=cli,
-        project=project.root,
-        cwd=Path.cwd(),
-    )
-    matrix = project.load_matrix()
-    host = Host.current()
-    plan = plan_from_options(project, matrix, options, host=host, verbose=verbose)
-    if options.variant_wheels:
-        plan_level_wheels(matrix, plan.arch, plan.variants)  # an arch without levels fails before the build
-    platform = select_platform(plan.target, host)
-    reporter = make_reporter(quiet=quiet, verbose=verbose)
-    reporter.note(f"{plan.arch} [{', '.join(plan.variants)}] -> {plan.version}")
-    summary = execute(plan, platform, matrix, reporter)
-    if options.variant_wheels:
-        summary["variant_wheels"] = make_variant_wheels(Path(summary["wheel"]["path"]), matrix, plan.arch,
-                                                        plan.source_date_epoch)
-    return summary

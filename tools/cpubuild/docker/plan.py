@@ -13,9 +13,9 @@ from typing import Any
 from ..errors import UnknownISAError, UsageError
 from ..hardware import Arch
 from ..matrix import Matrix
+from ..settings import split_list
 from . import isa_args
 from .context import WHEEL_DIR
-from .platforms import split_list
 
 TARGETS = ("build", "runtime", "test")
 
@@ -59,7 +59,7 @@ def resolve_isas(matrix: Matrix, arches: Sequence[Arch], values: Iterable[str]) 
     """The ISA set of each arch. Every name must be a variant of one of the
     platforms; each platform gets its own names plus its baseline."""
     names = split_list(values)
-    if not names or names == ["all"]:
+    if not names or names == ("all",):
         return {a.name: None for a in arches}
     if "all" in names:
         raise UsageError("--isa all cannot be combined with other ISA names")

@@ -10,11 +10,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from ..errors import UsageError
 from ..hardware import Arch
 from ..hardware import host_arch as _host_arch
-
-
-def split_list(values: Iterable[str]) -> list[str]:
-    """Repeatable, comma-separated option values, flattened, blanks dropped."""
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+from ..settings import split_list
 
 
 def host_arch(arches: Mapping[str, Arch]) -> Arch:

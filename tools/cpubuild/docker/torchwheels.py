@@ -24,10 +24,10 @@ import zipfile
 from pathlib import Path
 
 from .. import torchdist
+from ..cache import cache_dir
 from ..emulate.rootfs import DEFAULT_SUITE, Log, locked
 from ..errors import UsageError
 from ..hardware import Arch
-from ..wheelbuild.cache import cache_dir
 
 SUITE_PYTHON = {"bookworm": "3.11"}  # the python3 of the Debian suite images are based on
 STAMP = "set.json"

@@ -47,7 +47,8 @@ from typing import Any
 from ..contract import ContractError, ProjectConfig
 from ..errors import BuildFailedError, ToolMissingError
 from ..matrix import Matrix
-from ..wheelbuild.tools import find_tool
+from ..settings import BaremetalSettings
+from ..toolchain.tools import find_tool
 from .bochs3 import Bochs3, ensure_bochs3, run_image
 
 Log = Callable[[str], None]
@@ -67,7 +68,6 @@ MARK = "@@h"
 DISK_UNIT = 16 * 63 * 512  # one cylinder of the flat disk's geometry
 INT8_KATS = ("tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
 TABLE = "[tool.cpubuild.baremetal]"
-C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ------------------------------------------------------------------ the project's side
@@ -84,43 +84,35 @@ class HarnessConfig:
     variants: tuple[str, ...]  # run by default, in this order
 
 
-KEYS = ("abi-prefix", "sources", "include-dirs", "compile-options", "variants")
-
-
-def _strings(config: ProjectConfig, table: dict[str, Any], key: str, *, required: bool = False) -> tuple[str, ...]:
-    value = table.get(key)
-    if value is None and not required:
-        return ()
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ContractError(config.pyproject, f"{TABLE} {key}", "must be a non-empty list of strings")
-    return tuple(value)
+def _is_within(path: Path, root: Path) -> str:
+    """The path as the user wrote it, for messages (relative when under the project)."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def harness_config(config: ProjectConfig, matrix: Matrix) -> HarnessConfig:
-    """Validates the project's [tool.cpubuild.baremetal] table against its files and matrix."""
-    table = config.tables.get("baremetal") or {}
-    if not table:
+    """The project's [tool.cpubuild.baremetal] (types and keys checked by the settings
+    model when the project was read) against its files and matrix."""
+    table = config.settings.baremetal
+    if table == BaremetalSettings():
         raise ContractError(config.pyproject, TABLE, "missing: the bare-metal harness runs the GEMM C ABI the project "
                             "names there (abi-prefix, sources), see docs/amx.md")
-    for key in table:
-        if key not in KEYS:
-            raise ContractError(config.pyproject, f"{TABLE} {key}", f"unknown key (known: {', '.join(KEYS)})")
-    prefix = table.get("abi-prefix")
-    if not isinstance(prefix, str) or not C_IDENTIFIER.match(prefix):
+    if table.abi_prefix is None:
         raise ContractError(config.pyproject, f"{TABLE} abi-prefix", "must be a C identifier (the GEMM C ABI's "
                             "prefix: <prefix>_pack_b, _bf16, _w8a8, _packed_bytes, _kernel)")
+    if not table.sources:
+        raise ContractError(config.pyproject, f"{TABLE} sources", "must be a non-empty list of strings")
     root = config.root
-    sources = tuple(root / s for s in _strings(config, table, "sources", required=True))
+    sources = tuple(root / s for s in table.sources)
     for src in sources:
         if not src.is_file():
-            raise ContractError(config.pyproject, f"{TABLE} sources", f"{src.relative_to(root)} does not exist")
-    includes = tuple(root / d for d in _strings(config, table, "include-dirs"))
+            raise ContractError(config.pyproject, f"{TABLE} sources", f"{_is_within(src, root)} does not exist")
+    includes = tuple(root / d for d in table.include_dirs)
     for inc in includes:
         if not inc.is_dir():
-            raise ContractError(config.pyproject, f"{TABLE} include-dirs", f"{inc.relative_to(root)} is not a directory")
+            raise ContractError(config.pyproject, f"{TABLE} include-dirs", f"{_is_within(inc, root)} is not a directory")
     x86 = [v.name for v in reversed(matrix.variants_for("x86_64"))]  # highest priority first
     amx = [v.name for v in reversed(matrix.variants_for("x86_64")) if AMX_FEATURES & set(v.requires)]
-    variants = _strings(config, table, "variants") or tuple(amx)
+    variants = table.variants or tuple(amx)
     matrix_name = Path(matrix.path).name
     for name in variants:
         if name not in x86:
@@ -129,8 +121,8 @@ def harness_config(config: ProjectConfig, matrix: Matrix) -> HarnessConfig:
     if not variants:
         raise ContractError(config.pyproject, f"{TABLE} variants", f"{matrix_name} has no x86_64 variant that "
                             "requires AMX: name the variants to run")
-    return HarnessConfig(abi_prefix=prefix, sources=sources, include_dirs=includes,
-                         compile_options=_strings(config, table, "compile-options"), variants=variants)
+    return HarnessConfig(abi_prefix=table.abi_prefix, sources=sources, include_dirs=includes,
+                         compile_options=table.compile_options, variants=variants)
 
 
 # ------------------------------------------------------------------ cases

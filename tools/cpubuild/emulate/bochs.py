@@ -48,7 +48,7 @@ from typing import BinaryIO
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import hardware
-from ..wheelbuild.tools import find_tool
+from ..toolchain.tools import find_tool
 from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, locked, unpack_wheel
 
 Log = Callable[[str], None]

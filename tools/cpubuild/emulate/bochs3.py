@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
-from ..wheelbuild.tools import find_tool
+from ..toolchain.tools import find_tool
 from .rootfs import cache_dir, debian_mirror, install_tree, locked
 
 Log = Callable[[str], None]

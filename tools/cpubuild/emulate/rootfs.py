@@ -29,7 +29,7 @@ from typing import Any
 from .. import unpack
 from ..errors import BuildFailedError, ToolMissingError, UsageError
 from ..hardware import Arch
-from ..wheelbuild.tools import find_tool
+from ..toolchain.tools import find_tool
 
 DEFAULT_CACHE = Path("/var/cache/cpubuild")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

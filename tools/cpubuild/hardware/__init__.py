@@ -19,6 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ..errors import UnknownArchError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 only
@@ -29,7 +31,7 @@ COMPILER_FAMILIES = ("gcc", "clang", "apple-clang")
 OPERATING_SYSTEMS = ("linux", "darwin")
 CPUID_REGISTERS = ("eax", "ebx", "ecx", "edx")
 PERMISSIONS = ("xtiledata",)
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\Z")  # \Z: no trailing newline
 
 
 class HardwareDataError(ValueError):
@@ -128,6 +130,15 @@ class Hardware:
             if lowered == arch.name or lowered in arch.aliases:
                 return arch.name
         return None
+
+    def resolve_arch(self, name: str, offered: Iterable[str] | None = None, *, offered_by: str = "cpubuild knows") -> str:
+        """The one arch lookup of every command: a name or alias ('amd64', 'arm64') -> the
+        arch's name, which must be among `offered` (default: every arch cpubuild knows)."""
+        choices = tuple(offered) if offered is not None else tuple(self.arches)
+        canonical = self.canonical_arch(name)
+        if canonical is None or canonical not in choices:
+            raise UnknownArchError(f"unknown arch {name!r} ({offered_by}: {', '.join(choices)})")
+        return canonical
 
     def closure(self, arch: str, names: Iterable[str]) -> tuple[str, ...]:
         """`names` plus everything they imply, in this table's feature order."""

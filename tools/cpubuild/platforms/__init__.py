@@ -26,10 +26,10 @@ from ..hardware import host_arch
 
 if TYPE_CHECKING:
     from ..hardware import Arch
-    from ..wheelbuild.compilers import Compiler
+    from ..toolchain.compilers import Compiler
+    from ..toolchain.repair import Repaired
+    from ..toolchain.tools import Requirement
     from ..wheelbuild.plan import BuildPlan
-    from ..wheelbuild.repair import Repaired
-    from ..wheelbuild.tools import Requirement
 
 # Tried in order; the first whose `builds(arch, host)` is true builds the wheel.
 PLATFORM_MODULES: tuple[str, ...] = ("linux_native", "linux_cross", "macos")

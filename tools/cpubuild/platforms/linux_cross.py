@@ -15,16 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cmake import CMAKE_DIR, TOOLCHAINS
 from ..errors import ToolMissingError
 from ..hardware import Arch
-from ..wheelbuild.compilers import identify
-from ..wheelbuild.plan import BuildPlan
-from ..wheelbuild.repair import Repaired, repair_linux
-from ..wheelbuild.tools import Requirement, apt_fix
+from ..toolchain.compilers import identify
+from ..toolchain.repair import Repaired, repair_linux
+from ..toolchain.tools import Requirement, apt_fix
 from . import BuildSetup, Host, Log, Toolchain
 from .linux_native import common_requirements, linux_setup
+
+if TYPE_CHECKING:  # platforms stand below wheelbuild: the plan is only a type here
+    from ..wheelbuild.plan import BuildPlan
 
 TOOLCHAIN_FILE = TOOLCHAINS / "linux-cross.cmake"
 # Debian's cross packages install the target's libraries here.

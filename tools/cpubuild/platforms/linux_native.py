@@ -7,15 +7,18 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..cache import cache_dir
 from ..hardware import Arch
-from ..wheelbuild import glibc
-from ..wheelbuild.cache import cache_dir
-from ..wheelbuild.compilers import identify
-from ..wheelbuild.plan import BuildPlan
-from ..wheelbuild.repair import Repaired, repair_linux
-from ..wheelbuild.tools import Requirement, apt_fix, pip_fix
+from ..toolchain import glibc
+from ..toolchain.compilers import identify
+from ..toolchain.repair import Repaired, repair_linux
+from ..toolchain.tools import Requirement, apt_fix, pip_fix
 from . import BuildSetup, Host, Log, Toolchain
+
+if TYPE_CHECKING:  # platforms stand below wheelbuild: the plan is only a type here
+    from ..wheelbuild.plan import BuildPlan
 
 
 def common_requirements() -> list[Requirement]:

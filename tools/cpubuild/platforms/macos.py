@@ -22,16 +22,19 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import BuildFailedError, UsageError
 from ..hardware import Arch
-from ..wheelbuild.compilers import identify
-from ..wheelbuild.plan import BuildPlan
-from ..wheelbuild.repair import Repaired
-from ..wheelbuild.tools import Requirement, pip_fix
-from ..wheelbuild.wheelzip import inspect
+from ..toolchain.compilers import identify
+from ..toolchain.repair import Repaired
+from ..toolchain.tools import Requirement, pip_fix
+from ..toolchain.wheelzip import inspect
 from . import BuildSetup, Host, Log, Toolchain
 from .linux_native import compiler_commands
+
+if TYPE_CHECKING:  # platforms stand below wheelbuild: the plan is only a type here
+    from ..wheelbuild.plan import BuildPlan
 
 _TAG = re.compile(r"^macosx_(\d+)_(\d+)_(arm64|x86_64|universal2)$")
 # Libraries every macOS has: loading them is not a portability problem.

@@ -15,13 +15,23 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import DispatchError, ManifestError, UnknownISAError, UnsupportedISAError
-from .select import FeatureReport, RawProbe, Selection, decode_features, parse_name_list, select_variant
+from .select import (
+    FeatureReport,
+    RawProbe,
+    Selection,
+    decode_features,
+    env_names,
+    lacking,
+    parse_name_list,
+    select_variant,
+)
 
 MANIFEST = "_manifest.json"
 # Each variant library built by cpubuild exports this (its variant's name):
@@ -148,11 +158,11 @@ class Dispatcher:
 
     @property
     def force_env(self) -> str:
-        return f"{self.env_prefix}_ISA"
+        return env_names(self.env_prefix)[0]
 
     @property
     def disable_env(self) -> str:
-        return f"{self.env_prefix}_DISABLE_ISA"
+        return env_names(self.env_prefix)[1]
 
     def variants(self) -> list[dict[str, Any]]:
         """Every variant of the arch (built or not), lowest priority first."""
@@ -210,15 +220,15 @@ class Dispatcher:
         if name not in built:
             raise UnknownISAError(name, built, known=name in names, source=source)
         wanted = next(v for v in self.variants() if v["name"] == name)
-        lacking = [f for f in wanted["requires"] if f not in self.host().features.found]
-        if lacking:
-            raise UnsupportedISAError(name, lacking, source=source)
+        short = lacking(wanted["requires"], self.host().features.found)
+        if short:
+            raise UnsupportedISAError(name, list(short), source=source)
 
     def supported_variants(self) -> list[str]:
         """Built variants this CPU can run, lowest priority first."""
         have = set(self.host().features.found)
         built = set(self.built_variants())
-        return [v["name"] for v in self.variants() if v["name"] in built and all(f in have for f in v["requires"])]
+        return [v["name"] for v in self.variants() if v["name"] in built and not lacking(v["requires"], have)]
 
     # ------------------------------------------------------------ loading
 
@@ -280,6 +290,22 @@ class Dispatcher:
         with self._lock:
             for key in ("selection", "host"):
                 self._state.pop(key, None)
+
+    @contextmanager
+    def substitute(self, libraries: Mapping[str, Any]) -> Iterator[None]:
+        """The seam for tests: load_variant(name) returns these libraries (no CPU check,
+        no load hook) until the block ends - e.g. variants built for an emulator."""
+        with self._lock:
+            libs: dict[str, Any] = self._state.setdefault("libs", {})
+            saved = {name: libs[name] for name in libraries if name in libs}
+            libs.update(libraries)
+        try:
+            yield
+        finally:
+            with self._lock:
+                for name in libraries:
+                    libs.pop(name, None)
+                libs.update(saved)
 
 
 def _minor(version: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .dispatch import DISPATCHER, Dispatcher
 from .errors import DispatchError
-from .select import Selection, select_variant
+from .select import Selection, env_names, select_variant
 
 Extra = Mapping[str, Callable[[], Any]]
 RenderExtra = Callable[[dict[str, Any]], list[str]]
@@ -143,7 +143,7 @@ def render(data: dict[str, Any], render_extra: RenderExtra | None = None) -> str
     if data["selected"] is None:
         lines.append("selected: none (see the error above)")
         return "\n".join(lines)
-    forced = f" ({data['env_prefix']}_ISA={data['override']})" if data["override"] else ""
+    forced = f" ({env_names(data['env_prefix'])[0]}={data['override']})" if data["override"] else ""
     lines.append(f"selected: {data['selected']}{forced}")
     return "\n".join(lines)
 

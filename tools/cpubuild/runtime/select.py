@@ -106,6 +106,18 @@ class Selection:
     variants: tuple[VariantStatus, ...]
 
 
+def lacking(requires: Iterable[str], have: Iterable[str]) -> tuple[str, ...]:
+    """The one required-features check: what of `requires` the CPU (`have`) lacks, in order."""
+    found = set(have)
+    return tuple(f for f in requires if f not in found)
+
+
+def env_names(env_prefix: str) -> tuple[str, str]:
+    """The project's runtime variables: (<PREFIX>_ISA forces a variant, <PREFIX>_DISABLE_ISA
+    removes some). The only place these names are spelled."""
+    return f"{env_prefix}_ISA", f"{env_prefix}_DISABLE_ISA"
+
+
 def parse_name_list(value: str | None) -> list[str]:
     return [item.strip() for item in (value or "").replace(";", ",").split(",") if item.strip()]
 
@@ -127,7 +139,7 @@ def select_variant(
     that is built, not disabled and fully supported; `forced` must be built
     and supported, else UnknownISAError / UnsupportedISAError.
     """
-    force_env, disable_env = f"{env_prefix}_ISA", f"{env_prefix}_DISABLE_ISA"
+    force_env, disable_env = env_names(env_prefix)
     have = set(host_features)
     present = set(built)
     off = set(disabled)
@@ -144,14 +156,14 @@ def select_variant(
         if forced not in names or forced not in present:
             raise UnknownISAError(forced, available, known=forced in names, env=force_env)
         wanted = next(v for v in table if v["name"] == forced)
-        lacking = [f for f in wanted["requires"] if f not in have]
-        if lacking:
-            raise UnsupportedISAError(forced, lacking, env=force_env)
+        short = lacking(wanted["requires"], have)
+        if short:
+            raise UnsupportedISAError(forced, list(short), env=force_env)
     statuses: list[VariantStatus] = []
     chosen: str | None = None
     for v in table:
         name = str(v["name"])
-        missing = tuple(f for f in v["requires"] if f not in have)
+        missing = lacking(v["requires"], have)
         supported = not missing
         if name not in present:
             reason = "not built into this package"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .tools import Requirement, find_tool, pip_fix
+from ..toolchain.tools import Requirement, find_tool, pip_fix
 
 _STAGES = (
     ("*** Configuring CMake", "configure"),

@@ -15,7 +15,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from ..errors import CpubuildError, UsageError
-from .tools import find_tool, find_user_program
+from ..toolchain.tools import find_tool, find_user_program
 
 
 class InstallFailedError(CpubuildError):

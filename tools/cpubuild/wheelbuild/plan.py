@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UnknownISAError, UsageError
-from ..hardware import Arch
+from ..hardware import Arch, hardware
 from ..matrix import Matrix, Variant
+from ..runtime.select import lacking
+from ..settings import split_list
 from ..torchdist import TorchBuild
 from .version import SourceVersion
 
@@ -44,11 +46,9 @@ class IsaSet:
 def split_isa_args(values: Iterable[str]) -> list[str]:
     """`--isa a,b --isa c` -> [a, b, c] (order kept, blanks dropped, lower-cased)."""
     names: list[str] = []
-    for value in values:
-        for item in value.replace(";", ",").split(","):
-            item = item.strip().lower()
-            if item and item not in names:
-                names.append(item)
+    for item in split_list(value.replace(";", ",") for value in values):  # ';': a CMake list
+        if item.lower() not in names:
+            names.append(item.lower())
     return names
 
 
@@ -95,8 +95,7 @@ def resolve_isa_set(
     `native` returns the best variant this host runs; None when the target is
     not the host (then `native` is a usage error). The baseline is always added.
     """
-    if arch not in matrix.arches:
-        raise UsageError(f"unknown arch {arch!r} (isa_matrix.toml declares: {', '.join(matrix.arches)})")
+    arch = hardware().resolve_arch(arch, matrix.arches, offered_by="isa_matrix.toml declares")
     check_labels_unique(matrix, arch)
     ordered = matrix.variants_for(arch)
     known = [v.name for v in ordered]
@@ -127,7 +126,7 @@ def resolve_isa_set(
 def best_runnable(matrix: Matrix, arch: str, host_features: Iterable[str]) -> Variant:
     """The highest-priority variant whose required features the host has."""
     have = set(host_features)
-    runnable = [v for v in matrix.variants_for(arch) if all(f in have for f in v.requires)]
+    runnable = [v for v in matrix.variants_for(arch) if not lacking(v.requires, have)]
     return runnable[-1] if runnable else matrix.baseline(arch)
 
 
@@ -156,6 +155,7 @@ class BuildPlan:
     repair: bool
     clean: bool
     config_settings: Mapping[str, str] = field(hash=False)
+    extra_settings: Mapping[str, str] = field(hash=False, default_factory=dict)  # the user's (-C), within the above
     env: Mapping[str, str] = field(hash=False)
 
     @property
@@ -182,6 +182,9 @@ def torch_settings(torch: TorchBuild) -> dict[str, str]:
         "cmake.define.CPUBUILD_TORCH_DIR": str(torch.directory),
         "cmake.define.CPUBUILD_TORCH_CXX11_ABI": str(torch.cxx11_abi),
     }
+
+
+OWN_SETTINGS = ("build-dir", "wheel.reproducible")  # never the user's: they decide what is built and its bytes
 
 
 def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose: bool) -> dict[str, str]:
@@ -256,6 +259,9 @@ def make_plan(
     build_dir = build_dir_for(build_root, isa.arch, isa)
     version = source.with_label(isa.label)
     settings = config_settings(isa=isa, build_dir=build_dir, ccache=ccache, verbose=verbose)
+    for key in extra_settings or {}:
+        if key in OWN_SETTINGS or key.startswith("cmake.define.CPUBUILD_"):
+            raise UsageError(f"option -C {key}: cpubuild sets this config-setting itself (for the variants being built)")
     settings.update(extra_settings or {})
     env = build_env(version=version, source_date_epoch=source.source_date_epoch, jobs=jobs, ccache=ccache,
                     build_root=build_root, inherited_ignore=inherited_ccache_ignore)
@@ -285,5 +291,6 @@ def make_plan(
         repair=repair,
         clean=clean,
         config_settings=settings,
+        extra_settings=dict(extra_settings or {}),
         env=env,
     )

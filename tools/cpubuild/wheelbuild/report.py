@@ -217,6 +217,8 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"  version   {summary['version']}  ({summary['version_origin']})",
         f"  variants  {', '.join(wheel['variants'])}",
         *([f"  torch     {summary['torch']['version']} ({summary['torch']['origin']})"] if summary.get("torch") else []),
+        *([f"  settings  {' '.join(f'-C{k}={v}' for k, v in summary['config_settings'].items())}"]
+          if summary.get("config_settings") else []),
         f"  policy    {wheel['policy']} (auditwheel show: {wheel['audited']}; ISA-extension check {wheel['isa_ext_check']})",
         f"  size      {wheel['size']} bytes  sha256 {wheel['sha256']}",
         f"  time      {summary['seconds']:.1f} s  ({stages})",

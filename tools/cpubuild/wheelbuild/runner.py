@@ -20,15 +20,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
+from ..cache import digest
 from ..errors import BuildFailedError, UsageError
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
-from . import compilers, frontend, sbom, wheelzip
-from .cache import digest
+from ..toolchain import compilers, wheelzip
+from ..toolchain.repair import Repaired
+from ..toolchain.tools import require_all
+from . import frontend, sbom
 from .plan import BuildPlan
-from .repair import Repaired
 from .report import Reporter
-from .tools import require_all
 
 LOG_TAIL_LINES = 30
 # Variables that would silently change what the backend builds.
@@ -317,6 +318,7 @@ def _build(
         "torch": {"version": plan.torch.version, "origin": plan.torch.origin} if plan.torch else None,
         "ccache": plan.ccache,
         "frontend": plan.frontend,
+        "config_settings": dict(plan.extra_settings),
         "isolated": plan.isolated,
         "build_dir": str(plan.build_dir),
         "log": str(log_path),

@@ -32,9 +32,9 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from .. import __version__
+from ..cache import cache_dir
 from ..matrix import Matrix
-from . import wheelzip
-from .cache import cache_dir
+from ..toolchain import wheelzip
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # cpubuild's own files (its CMake package, runtime)
 NAMESPACE = uuid.UUID("6f1c2a52-3b0e-5d0c-9a51-7c1f0b8e2d40")  # serial numbers: uuid5(NAMESPACE, content hash)

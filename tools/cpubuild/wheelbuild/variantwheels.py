@@ -26,8 +26,8 @@ from typing import Any
 from ..errors import UsageError
 from ..installlevels import LevelScheme, install_levels
 from ..matrix import Matrix
+from ..toolchain import wheelzip
 from ..variantsjson import NULL_LABEL, VARIANT_JSON, document, dump, index_file_name, merge_variant_documents
-from . import wheelzip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ..errors import UsageError
-from .tools import find_tool
+from ..toolchain.tools import find_tool
 
 TAG_GLOB = "v[0-9]*"
 ENV_VERSION = "CPUBUILD_VERSION"

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import cache
 from ..errors import CompilerFlagsError, ToolMissingError
 from ..matrix import Variant
-from . import cache
 from .tools import find_tool
 
 CACHE_FILE = "compiler-probes.json"
