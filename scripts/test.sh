@@ -31,7 +31,14 @@ python3 -m cpukern
 echo "== pytest"
 mkdir -p build
 set +e
-python3 -m pytest --durations=30 --junitxml=build/pytest-junit.xml "$@"
+# Two workers, one test file each at a time (module and session fixtures stay
+# within a file's worker; builds lock their build directories, rootfs trees
+# their cache): emulation, downloads and daemons wait on one core while the
+# other compiles. PYTEST_WORKERS=0 runs everything in this process.
+workers=${PYTEST_WORKERS:-2}
+xdist=()
+[ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile)
+python3 -m pytest "${xdist[@]}" --durations=30 --junitxml=build/pytest-junit.xml "$@"
 rc=$?
 set -e
 python3 scripts/durations.py build/pytest-junit.xml || true
