@@ -75,6 +75,12 @@ def _why_missing(spec: Mapping[str, Any], raw: RawProbe, darwin: bool) -> str | 
         regs = raw.cpuid.get((int(leaf), int(sub)), (0, 0, 0, 0))
         if not (regs[_REGISTERS.index(reg)] >> int(bit)) & 1:
             return "CPUID does not report it"
+        if "version" in spec:
+            vleaf, vsub, vreg, width, minimum = spec["version"]
+            vregs = raw.cpuid.get((int(vleaf), int(vsub)), (0, 0, 0, 0))
+            found = vregs[_REGISTERS.index(vreg)] & ((1 << int(width)) - 1)
+            if found < int(minimum):
+                return f"CPUID reports version {found}, not {minimum} or later"
         need = int(spec.get("xcr0", 0))
         if need:
             if raw.xcr0 is None:
