@@ -8,13 +8,16 @@
 #     [INCLUDE_DIRECTORIES <dir>...] [COMPILE_OPTIONS <opt>...] [COMPILE_DEFINITIONS <def>...]
 #     [LINK_LIBRARIES <lib>...] [LINK_OPTIONS <opt>...]
 #     [PACKAGE_DIR <dir>]            # install destination (default: [tool.cpubuild] package)
+#     [VARIANT_SOURCE_DIR <dir>]     # where the matrix's per-variant `sources` are (default: the project directory)
 #     [UNITY]                        # each variant's SOURCES as one translation unit
 #     [TARGETS_VAR <var>])           # receives the variant targets
 #
 # The variants, their flags and the features they need come from the
 # project's isa_matrix.toml and cpubuild's hardware data, through
 # `python -m cpubuild.matrix` (standard library only). Each variant becomes
-# a MODULE library `_<name>_<variant>.so` compiled with -D<PREFIX>_VARIANT_<VARIANT>=1
+# a MODULE library `_<name>_<variant>.so` (SOURCES plus the variant's own
+# matrix `sources`, `compile-definitions`, `compile-options`, `link-libraries`
+# and the `optional-flags` its compiler accepts) compiled with -D<PREFIX>_VARIANT_<VARIANT>=1
 # and -D<PREFIX>_VARIANT_NAME="<variant>"; a probe compiled for the baseline
 # (`_<name>_probe.so`), the manifest (`_manifest.json`) and cpubuild's runtime
 # dispatcher (`_cpubuild/`) are installed next to them. docs/project.md.
@@ -233,9 +236,51 @@ function(_cpubuild_select_variants)
 endfunction()
 _cpubuild_select_variants()
 
+# A variant's optional-flags: each is probed once per compiler (with the
+# variant's own flags, cached by both) and used, with its define, only where
+# the compiler accepts it. The answers go into the manifest.
+function(_cpubuild_probe_optional_flags)
+  set(results "")
+  foreach(v IN LISTS CPUBUILD_BUILD_VARIANTS)
+    set(accepted_flags "")
+    set(accepted_defines "")
+    if(CPUBUILD_VARIANT_${v}_OPTIONAL_COUNT GREATER 0)
+      math(EXPR last "${CPUBUILD_VARIANT_${v}_OPTIONAL_COUNT} - 1")
+      foreach(i RANGE ${last})
+        set(flag "${CPUBUILD_VARIANT_${v}_OPTIONAL_${i}_FLAG}")
+        set(define "${CPUBUILD_VARIANT_${v}_OPTIONAL_${i}_DEFINE}")
+        string(MD5 key "${CMAKE_${_cpubuild_lang}_COMPILER};${CPUBUILD_VARIANT_${v}_FLAGS};${flag}")
+        string(SUBSTRING "${key}" 0 12 key)
+        string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${CPUBUILD_VARIANT_${v}_FLAGS};${flag}")
+        set(CMAKE_REQUIRED_QUIET ON)
+        if(_cpubuild_lang STREQUAL "CXX")
+          check_cxx_source_compiles("int main(){return 0;}" CPUBUILD_OPTIONAL_OK_${v}_${key})
+        else()
+          check_c_source_compiles("int main(void){return 0;}" CPUBUILD_OPTIONAL_OK_${v}_${key})
+        endif()
+        if(CPUBUILD_OPTIONAL_OK_${v}_${key})
+          list(APPEND accepted_flags "${flag}")
+          if(define)
+            list(APPEND accepted_defines "${define}")
+          endif()
+          list(APPEND results "${v}:1:${flag}")
+          message(STATUS "cpubuild: ${v}: optional ${flag} accepted")
+        else()
+          list(APPEND results "${v}:0:${flag}")
+          message(STATUS "cpubuild: ${v}: optional ${flag} rejected by ${CMAKE_${_cpubuild_lang}_COMPILER}")
+        endif()
+      endforeach()
+    endif()
+    set(CPUBUILD_VARIANT_${v}_ACCEPTED_FLAGS "${accepted_flags}" PARENT_SCOPE)
+    set(CPUBUILD_VARIANT_${v}_ACCEPTED_DEFINES "${accepted_defines}" PARENT_SCOPE)
+  endforeach()
+  set(CPUBUILD_OPTIONAL_RESULTS "${results}" PARENT_SCOPE)
+endfunction()
+_cpubuild_probe_optional_flags()
+
 # ------------------------------------------------------------------ the call
 function(cpubuild_add_variants name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY" "PACKAGE_DIR;TARGETS_VAR"
+  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
     "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "cpubuild_add_variants(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
@@ -255,7 +300,11 @@ function(cpubuild_add_variants name)
   if(arg_PACKAGE_DIR)
     set(dest "${arg_PACKAGE_DIR}")
   endif()
-  set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})
+  set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})  # the floor's, when the arch declares one
+  set(variant_source_dir "${CPUBUILD_PROJECT_DIR}")  # where the matrix's per-variant `sources` are
+  if(arg_VARIANT_SOURCE_DIR)
+    get_filename_component(variant_source_dir "${arg_VARIANT_SOURCE_DIR}" ABSOLUTE)
+  endif()
   set(gen "${CMAKE_CURRENT_BINARY_DIR}/cpubuild")
   set(torch "")
   if(CPUBUILD_KIND STREQUAL "torch")
@@ -292,17 +341,23 @@ function(cpubuild_add_variants name)
     if(NOT old STREQUAL text)
       file(WRITE "${marker}" "${text}")
     endif()
-    set(sources ${arg_SOURCES} "${marker}" ${common_objects})
+    set(own_sources ${CPUBUILD_VARIANT_${variant}_SOURCES})
+    list(TRANSFORM own_sources PREPEND "${variant_source_dir}/")
+    set(sources ${arg_SOURCES} ${own_sources} "${marker}" ${common_objects})
     if(variant STREQUAL CPUBUILD_BASELINE_VARIANT)
       list(APPEND sources ${arg_BASELINE_SOURCES})
     endif()
     add_library(${target} MODULE ${sources})
     target_include_directories(${target} PRIVATE ${arg_INCLUDE_DIRECTORIES})
-    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS}
+    # the call's inputs, then the matrix's for this variant (with its parents'), then its accepted optional flags
+    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS} ${CPUBUILD_VARIANT_${variant}_DEFINITIONS}
+                               ${CPUBUILD_VARIANT_${variant}_ACCEPTED_DEFINES}
                                ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
-    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
+    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
+                           ${CPUBUILD_VARIANT_${variant}_FLAGS} ${CPUBUILD_VARIANT_${variant}_ACCEPTED_FLAGS})
     target_link_options(${target} PRIVATE ${CPUBUILD_LINK_FLAGS} ${arg_LINK_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
-    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${torch} ${CPUBUILD_SYSTEM_LIBRARIES})
+    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${CPUBUILD_VARIANT_${variant}_LIBRARIES} ${torch}
+                          ${CPUBUILD_SYSTEM_LIBRARIES})
     if(torch)
       set_target_properties(${target} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
     endif()
@@ -322,7 +377,7 @@ function(cpubuild_add_variants name)
   # The probe: C, baseline flags only, no LTO, nothing else linked in (a
   # link-time-optimised probe once made ggml SIGILL before its check ran).
   add_library(${name}_probe MODULE "${CPUBUILD_RUNTIME_DIR}/probe.c")
-  target_compile_options(${name}_probe PRIVATE ${CPUBUILD_COMMON_FLAGS} ${base_flags})
+  target_compile_options(${name}_probe PRIVATE ${CPUBUILD_COMMON_FLAGS} ${CPUBUILD_PROBE_FLAGS})
   target_link_options(${name}_probe PRIVATE ${CPUBUILD_LINK_FLAGS})
   set_target_properties(${name}_probe PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_probe" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
                         C_VISIBILITY_PRESET hidden INTERPROCEDURAL_OPTIMIZATION OFF)
@@ -333,8 +388,12 @@ function(cpubuild_add_variants name)
   if(torch)
     set(torch_version --torch "${CPUBUILD_TORCH_VERSION}")
   endif()
+  set(optional "")
+  foreach(result IN LISTS CPUBUILD_OPTIONAL_RESULTS)
+    list(APPEND optional --optional-flag "${result}")
+  endforeach()
   _cpubuild_python(_ -m cpubuild.matrix --project "${CPUBUILD_PROJECT_DIR}"
-                   manifest --arch "${CPUBUILD_ARCH}" --variants "${built}"
+                   manifest --arch "${CPUBUILD_ARCH}" --variants "${built}" ${optional}
                    --library "_${name}_{variant}${CPUBUILD_LIBRARY_SUFFIX}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
                    ${torch_version} --out "${gen}/_manifest.json")
   install(FILES "${gen}/_manifest.json" DESTINATION "${dest}")

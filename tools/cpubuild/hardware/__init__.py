@@ -49,6 +49,9 @@ class Arch:
     manylinux: str
     cpuinfo: str
     macos: str | None = None
+    # gcc/clang flags of the arch's lowest ISA: the probe of a project whose
+    # matrix declares a floor (no baseline variant) is built with these
+    probe_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +158,7 @@ def _fail(where: str, problem: str) -> HardwareDataError:
 
 
 def _arch(name: str, raw: dict[str, Any]) -> Arch:
-    known = {"aliases", "os", "compilers", "triplet", "debian_arch", "qemu", "docker_platform", "manylinux", "cpuinfo", "macos"}
+    known = {"aliases", "os", "compilers", "triplet", "debian_arch", "qemu", "docker_platform", "manylinux", "cpuinfo", "macos", "probe_flags"}
     if set(raw) - known:
         raise _fail(f"arch {name}", f"unknown keys {sorted(set(raw) - known)}")
     if not set(raw["compilers"]) <= set(COMPILER_FAMILIES) or not set(raw["os"]) <= set(OPERATING_SYSTEMS):
@@ -174,6 +177,7 @@ def _arch(name: str, raw: dict[str, Any]) -> Arch:
         manylinux=raw["manylinux"],
         cpuinfo=raw["cpuinfo"],
         macos=raw.get("macos"),
+        probe_flags=tuple(raw.get("probe_flags", ())),
     )
 
 

@@ -179,7 +179,13 @@ def select_variant(
             )
         )
     if chosen is None:
+        built_rows = [s for s in statuses if s.built]
+        if built_rows and forced is None and all(not s.supported for s in built_rows):
+            lowest = built_rows[-1]  # a CPU below the project's floor: no kernel for it, by design
+            raise NoVariantError(
+                f"no variant for this CPU: {package} needs at least {lowest.name!r}, and this CPU lacks "
+                f"{', '.join(lowest.missing)}", missing=list(lowest.missing), variants=tuple(statuses))
         raise NoVariantError(
-            f"no usable {package} variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses)
+            f"no usable {package} variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses), variants=tuple(statuses)
         )
     return Selection(selected=chosen, override=forced, disabled=tuple(sorted(off)), variants=tuple(statuses))

@@ -1,0 +1,113 @@
+"""Per-variant build inputs and an arch floor, built for real: a project from
+`cpubuild init` whose x86_64 matrix starts at avx2 (no baseline kernel) and
+whose avx512 variant adds a source, a definition and optional flags (one the
+compiler accepts, one it rejects). Built with plain CMake; the package then
+runs natively and, under qemu-user CPU models below the floor (Sandy Bridge,
+Nehalem), imports, reports "no variant for this CPU" with the missing
+features and raises the dispatcher's clean error on an op - never SIGILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require, require_tool, run
+
+QEMU = "qemu-x86_64-static"
+MATRIX = """\
+schema = 2
+
+[arch.x86_64]
+floor = "avx2"
+
+[[variant]]
+name = "avx2"
+arch = "x86_64"
+priority = 10
+requires = ["avx2", "fma", "f16c"]
+flags = ["-mavx2", "-mfma", "-mf16c"]
+
+[[variant]]
+name = "avx512"
+extends = "avx2"
+requires = ["avx512f", "avx512bw", "avx512vl"]
+flags = ["-mavx512f", "-mavx512bw", "-mavx512vl"]
+sources = ["csrc/only512.c"]
+compile-definitions = ["FL_EXTRA=2"]
+optional-flags = [{flag = "-mavx512fp16", define = "FL_FP16"}, {flag = "-mno-such-isa-at-all", define = "FL_NEVER"}]
+"""
+# compiles only with the variant's definition, the accepted flag's define and not the rejected one's
+ONLY512 = """\
+#if FL_EXTRA != 2 || !defined(FL_FP16) || defined(FL_NEVER) || !defined(__AVX512FP16__)
+#error "per-variant inputs did not arrive"
+#endif
+__attribute__((visibility("default"))) int fl_only512(void) { return FL_EXTRA; }
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require(platform.machine() == "x86_64", "x86_64 host only")
+    require_tool("cmake", "gcc")
+    work = tmp_path_factory.mktemp("floor")
+    project = work / "fl"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    run([sys.executable, "-m", "cpubuild", "init", "--name", "fl", "--arch", "x86_64", "-q", str(project)], env=env)
+    (project / "isa_matrix.toml").write_text(MATRIX, encoding="utf-8")
+    (project / "csrc" / "only512.c").write_text(ONLY512, encoding="utf-8")
+    build, prefix = work / "build", work / "site"
+    run(["cmake", "-S", str(project), "-B", str(build), f"-Dcpubuild_DIR={REPO / 'tools' / 'cpubuild' / 'cmake'}",
+         f"-DCMAKE_INSTALL_PREFIX={prefix}", f"-DPython_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"], env=env)
+    run(["cmake", "--build", str(build), "-j2"], env=env)
+    run(["cmake", "--install", str(build)], env=env)
+    for src in (project / "src" / "fl").glob("*.py"):
+        shutil.copy(src, prefix / "fl" / src.name)
+    return prefix
+
+
+def test_the_build_has_no_baseline_and_records_optional_flags(installed: Path) -> None:
+    manifest = json.loads((installed / "fl" / "_manifest.json").read_text())
+    assert manifest["floor"] == "avx2"
+    assert [(v["name"], v["built"]) for v in manifest["variants"]] == [("avx2", True), ("avx512", True)]
+    avx512 = manifest["variants"][1]
+    assert avx512["optional_flags"] == {"-mavx512fp16": True, "-mno-such-isa-at-all": False}
+    symbols = {name: subprocess.run(["nm", "-D", "--defined-only", str(installed / "fl" / f"_fl_{name}.so")],
+                                    capture_output=True, text=True, check=True).stdout for name in ("avx2", "avx512")}
+    assert "fl_only512" in symbols["avx512"] and "fl_only512" not in symbols["avx2"]  # a source of avx512 only
+
+
+def _python(installed: Path, args: list[str], qemu_model: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    env["PYTHONPATH"] = str(installed)
+    cmd = [sys.executable, *args] if qemu_model is None else [QEMU, "-cpu", qemu_model, sys.executable, *args]
+    return subprocess.run(cmd, cwd=installed, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+OP = "import fl\nfrom fl._cpubuild import DispatchError\ntry:\n    fl.dot([1.0, 2.0], [3.0, 4.0])\nexcept DispatchError as exc:\n    print(type(exc).__name__, exc)\n"
+
+
+def test_an_avx2_host_runs_the_floor(installed: Path) -> None:
+    proc = _python(installed, ["-c", "import fl; print(fl.selected_isa(), fl.dot([1.0, 2.0], [3.0, 4.0]))"])
+    if proc.returncode != 0 and "no variant for this CPU" in proc.stderr:
+        pytest.skip("host fact: this CPU is below avx2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[1] == "11.0"
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("model, lacking", [("SandyBridge", "fma, f16c, avx2"), ("Nehalem", "avx, fma, f16c, avx2")])
+def test_below_the_floor_imports_and_says_what_is_missing(installed: Path, model: str, lacking: str) -> None:
+    require_tool(QEMU)
+    report = _python(installed, ["-m", "fl"], qemu_model=model)
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert f"error: no variant for this CPU: fl needs at least 'avx2', and this CPU lacks {lacking}" in report.stderr
+    assert "avx2" in report.stdout and "cannot run" in report.stdout  # the variant table is still there
+    op = _python(installed, ["-c", OP], qemu_model=model)
+    assert op.returncode == 0, op.stderr  # no SIGILL, no traceback
+    assert op.stdout.startswith("NoVariantError no variant for this CPU"), op.stdout
