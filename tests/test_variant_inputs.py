@@ -111,3 +111,18 @@ def test_below_the_floor_imports_and_says_what_is_missing(installed: Path, model
     op = _python(installed, ["-c", OP], qemu_model=model)
     assert op.returncode == 0, op.stderr  # no SIGILL, no traceback
     assert op.stdout.startswith("NoVariantError no variant for this CPU"), op.stdout
+
+
+def test_plain_cmake_configure_of_a_torch_project_finds_the_build_python_torch(tmp_path: Path) -> None:
+    """No -DCPUBUILD_TORCH_DIR: the torch of the build's Python (the lookup's code once held a ';', which CMake split)."""
+    require_tool("cmake")
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=False)
+    require(probe.returncode == 0, f"no torch for {sys.executable}")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    project = tmp_path / "tp"
+    run([sys.executable, "-m", "cpubuild", "init", "--name", "tp", "--kind", "torch", "--arch", "x86_64", "-q", str(project)], env=env)
+    proc = run(["cmake", "-S", str(project), "-B", str(tmp_path / "build"), f"-Dcpubuild_DIR={REPO / 'tools' / 'cpubuild' / 'cmake'}",
+                f"-DPython_EXECUTABLE={sys.executable}"], env=env)
+    torch_dir = Path(subprocess.run([sys.executable, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
+                                    capture_output=True, text=True, check=True).stdout.strip())
+    assert f"cpubuild: torch {probe.stdout.strip().split('+')[0]}" in proc.stdout and str(torch_dir) in proc.stdout, proc.stdout

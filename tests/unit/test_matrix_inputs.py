@@ -174,3 +174,21 @@ def test_below_the_floor_the_dispatcher_names_what_is_missing(tmp_path: Path) ->
         select_variant(variants, sandy_bridge, built=["avx2", "amx"], env_prefix="VK", package="vk")
     assert str(info.value) == "no variant for this CPU: vk needs at least 'avx2', and this CPU lacks fma, f16c, avx2"
     assert info.value.missing == ["fma", "f16c", "avx2"] and len(info.value.variants) == 3
+
+
+def test_doctor_looks_up_linked_system_libraries_with_the_compiler(tmp_path: Path) -> None:
+    import shutil as sh
+
+    from cpubuild.wheelbuild import syslibs
+
+    m = load_matrix(project(tmp_path, LADDER.replace('["numa"]', '["numa", "gomp", "no_such_lib_cpubuild"]')) / "isa_matrix.toml")
+    assert syslibs.linked_libraries(m, "x86_64") == ("numa", "gomp", "no_such_lib_cpubuild")
+    compiler = sh.which("gcc")
+    if compiler is None:
+        pytest.skip("no gcc")
+    statuses = {s.requirement.name: s for s in syslibs.library_statuses(m, "x86_64", "gcc")}
+    assert statuses["libgomp"].ok and Path(str(statuses["libgomp"].path)).name.startswith("libgomp.so")
+    missing = statuses["libno_such_lib_cpubuild"]
+    assert not missing.ok and missing.problem == "gcc finds no libno_such_lib_cpubuild.so"
+    assert statuses["libnuma"].requirement.fix == "apt-get install -y libnuma-dev"
+    assert statuses["libnuma"].ok == (syslibs.find_library(compiler, "numa") is not None)

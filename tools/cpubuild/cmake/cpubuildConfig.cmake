@@ -120,7 +120,8 @@ message(STATUS "cpubuild: ${CPUBUILD_PACKAGE} for ${CPUBUILD_ARCH} with ${CPUBUI
 # default: the torch of the build's Python.
 if(CPUBUILD_KIND STREQUAL "torch")
   if(NOT CPUBUILD_TORCH_DIR)
-    _cpubuild_python(found -c "import importlib.util, os; s = importlib.util.find_spec('torch'); print(os.path.dirname(s.origin) if s and s.origin else '')")
+    # no ';' in the code: ARGN is a CMake list and would split it there
+    _cpubuild_python(found -c "print(__import__('os').path.dirname(getattr(__import__('importlib.util').util.find_spec('torch'), 'origin', None) or ''))")
     string(STRIP "${found}" found)
     if(NOT found)
       message(FATAL_ERROR "cpubuild: ${CPUBUILD_PACKAGE} is a torch project ([tool.cpubuild] kind = torch), but the build's Python (${Python_EXECUTABLE}) has no torch: add torch to build-system.requires")

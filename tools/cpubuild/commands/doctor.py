@@ -24,7 +24,7 @@ from ..errors import CpubuildError
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project, find_project
-from ..wheelbuild import frontend
+from ..wheelbuild import frontend, syslibs
 from ..wheelbuild.options import FRONTENDS
 from ..wheelbuild.report import dump_json
 from ..wheelbuild.tools import ToolStatus, apt_fix, check
@@ -141,6 +141,7 @@ def build_checks(matrix: Matrix, host: Host) -> list[Check]:
         checks.append(from_status("build", check(req)))
     for name in (f for f in FRONTENDS if f != "auto"):
         checks.append(from_status("build", check(frontend.requirement(name)), required=name == "build"))
+    checks += [from_status("build", status) for status in syslibs.library_statuses(matrix, host.arch)]
     return checks
 
 
