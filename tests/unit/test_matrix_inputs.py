@@ -192,3 +192,17 @@ def test_doctor_looks_up_linked_system_libraries_with_the_compiler(tmp_path: Pat
     assert not missing.ok and missing.problem == "gcc finds no libno_such_lib_cpubuild.so"
     assert statuses["libnuma"].requirement.fix == "apt-get install -y libnuma-dev"
     assert statuses["libnuma"].ok == (syslibs.find_library(compiler, "numa") is not None)
+
+
+def test_the_build_report_lists_the_optional_flags(tmp_path: Path) -> None:
+    from cpubuild.wheelbuild.report import optional_flags, render_summary
+
+    m = load_matrix(project(tmp_path) / "isa_matrix.toml")
+    manifest = m.manifest("x86_64", ["avx2", "amx"], "_vk_{variant}.so", probe="p.so", project={},
+                          optional_flags={"amx": {"-mamx-fp8": True, "-mavx10.2": False}})
+    assert optional_flags(manifest) == {"amx": {"-mamx-fp8": True, "-mavx10.2": False}}
+    summary = {"version": "1.0", "version_origin": "pyproject", "seconds": 1.0, "stages": {"compile": 1.0},
+               "wheel": {"path": "w.whl", "variants": ["avx2", "amx"], "optional_flags": optional_flags(manifest),
+                         "policy": "manylinux_2_28_x86_64", "audited": "ok", "isa_ext_check": "off", "size": 1, "sha256": "0"}}
+    assert "  optional  amx: -mamx-fp8 accepted, -mavx10.2 rejected" in render_summary(summary).splitlines()
+    assert "optional" not in render_summary({**summary, "wheel": {**summary["wheel"], "optional_flags": {}}})

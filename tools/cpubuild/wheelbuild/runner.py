@@ -27,7 +27,7 @@ from . import compilers, frontend, wheelzip
 from .cache import digest
 from .plan import BuildPlan
 from .repair import Repaired
-from .report import Reporter
+from .report import Reporter, optional_flags
 from .tools import require_all
 
 LOG_TAIL_LINES = 30
@@ -289,6 +289,7 @@ def _build(
             "sha256": wheelzip.sha256_file(final),
             "size": final.stat().st_size,
             "variants": list(contents.built_variants),
+            "optional_flags": optional_flags(contents.manifest),
             "tags": list(contents.tags),
             "policy": policy,
             "audited": audited,
