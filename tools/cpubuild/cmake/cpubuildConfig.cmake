@@ -141,6 +141,21 @@ if(CPUBUILD_KIND STREQUAL "torch")
     INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${CPUBUILD_TORCH_CXX11_ABI}"
     INTERFACE_LINK_LIBRARIES "${CPUBUILD_TORCH_DIR}/lib/libtorch_cpu.so;${CPUBUILD_TORCH_DIR}/lib/libc10.so")
   message(STATUS "cpubuild: torch ${CPUBUILD_TORCH_VERSION} from ${CPUBUILD_TORCH_DIR} (C++11 ABI ${CPUBUILD_TORCH_CXX11_ABI})")
+  # OpenMP: one runtime per process. Variants compile with -fopenmp but link
+  # torch's own libgomp file (the one libtorch_cpu needs, same soname), never
+  # the compiler's: `import torch` has loaded it, and the wheel does not carry it.
+  option(CPUBUILD_OPENMP "torch projects: compile variants with OpenMP on torch's own runtime" ON)
+  if(CPUBUILD_OPENMP AND CPUBUILD_COMPILER_FAMILY STREQUAL "gcc")
+    _cpubuild_python(_omp -m cpubuild.torchdist openmp "${CPUBUILD_TORCH_DIR}")
+    string(STRIP "${_omp}" CPUBUILD_TORCH_OPENMP)
+    if(CPUBUILD_TORCH_OPENMP)
+      set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_COMPILE_OPTIONS -fopenmp)
+      set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_LINK_LIBRARIES "${CPUBUILD_TORCH_OPENMP}")
+      message(STATUS "cpubuild: OpenMP from torch: ${CPUBUILD_TORCH_OPENMP}")
+    else()
+      message(STATUS "cpubuild: torch's libtorch_cpu needs no OpenMP runtime: variants build without OpenMP")
+    endif()
+  endif()
 endif()
 
 if(APPLE)

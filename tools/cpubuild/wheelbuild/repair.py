@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -72,21 +73,26 @@ def auditwheel_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "auditwheel"]
 
 
-def _run(cmd: Sequence[str], log: Log) -> subprocess.CompletedProcess[str]:
+def _run(cmd: Sequence[str], log: Log, lookup_first: Sequence[Path] = ()) -> subprocess.CompletedProcess[str]:
+    env = None
+    if lookup_first:  # searched before the system's directories (and before --ldpaths)
+        env = {**os.environ, "AUDITWHEEL_LD_LIBRARY_PATH": ":".join(str(p) for p in lookup_first)}
+        log(f"$ AUDITWHEEL_LD_LIBRARY_PATH={env['AUDITWHEEL_LD_LIBRARY_PATH']}")
     log("$ " + " ".join(cmd))
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=600, env=env)
     for line in (proc.stdout + proc.stderr).splitlines():
         log(line)
     return proc
 
 
-def audit(wheel: Path, *, log: Log, ldpaths: str | None = None, disable_isa_check: bool = False) -> Audit:
+def audit(wheel: Path, *, log: Log, ldpaths: str | None = None, disable_isa_check: bool = False,
+          lookup_first: Sequence[Path] = ()) -> Audit:
     cmd = [*auditwheel_command(), "show", "--json"]
     if disable_isa_check:
         cmd.append("--disable-isa-ext-check")
     if ldpaths:
         cmd += ["--ldpaths", ldpaths]
-    proc = _run([*cmd, str(wheel)], log)
+    proc = _run([*cmd, str(wheel)], log, lookup_first)
     try:
         data = json.loads(proc.stdout)
     except ValueError:
@@ -201,12 +207,15 @@ def repair_linux(
     log: Log,
     ldpaths: str | None = None,
     exclude: Collection[str] = (),
+    lookup_first: Sequence[Path] = (),
 ) -> Repaired:
     """auditwheel repair to the lowest policy the binaries allow, at most `ceiling`.
 
     `guarded`: wheel paths of the variant libraries above the baseline (the
     only files allowed to declare a higher x86-64 level). `exclude`: sonames the
-    wheel must never carry (a torch project's libtorch: `import torch` loads it)."""
+    wheel must never carry (a torch project's libtorch: `import torch` loads it).
+    `lookup_first`: where auditwheel resolves libraries before the system's (a
+    torch project: torch's lib/, so its own libgomp is audited, not the host's)."""
     dest.mkdir(parents=True, exist_ok=True)
 
     def run_repair(disable_isa_check: bool) -> subprocess.CompletedProcess[str]:
@@ -218,7 +227,7 @@ def repair_linux(
             cmd += ["--ldpaths", ldpaths]
         for soname in exclude:
             cmd += ["--exclude", soname]
-        return _run([*cmd, str(wheel)], log)
+        return _run([*cmd, str(wheel)], log, lookup_first)
 
     isa_note = "passed"
     disable = False
@@ -235,7 +244,7 @@ def repair_linux(
             detail = "symbol versions above " + ceiling + ":\n  " + "\n  ".join(offenders[:40]) + "\n" + detail
         raise BuildFailedError("auditwheel repair failed", detail=detail)
     repaired = produced[0]
-    after = audit(repaired, log=log, ldpaths=ldpaths, disable_isa_check=disable)
+    after = audit(repaired, log=log, ldpaths=ldpaths, disable_isa_check=disable, lookup_first=lookup_first)
     platforms = inspect(repaired).platforms
     # `auditwheel show` knows no --exclude: libraries left out on purpose make its
     # overall tag linux_*; then the symbol tag is the wheel's, and nothing else may be external.
