@@ -141,7 +141,7 @@ def needed(path: Path) -> list[str]:
     try:
         with path.open("rb") as f:
             dynamic = ELFFile(f).get_section_by_name(".dynamic")
-            return [t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if isinstance(dynamic, DynamicSection) else []
+            return [str(t.needed) for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if isinstance(dynamic, DynamicSection) else []  # type: ignore[attr-defined]
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}): not a torch installation") from None
 
