@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO, require, require_tool, run
 
 OMP_SOURCE = """\
+#include <Python.h>  // a torch extension that is a Python module (vLLM's registration.h) needs Python's headers
 #include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -35,12 +36,23 @@ static int64_t omp_threads(int64_t items) {
 }
 
 TORCH_LIBRARY(tq, m) { m.def("omp_threads(int items) -> int", &omp_threads); }
+
+extern "C" __attribute__((visibility("default"))) long tq_python_api(void) { return PY_VERSION_HEX; }
+"""
+# a source outside the project (as an unpacked sdist in a cache is): its __FILE__ and torch's must not name build paths
+EXTERNAL_SOURCE = """\
+#include <torch/library.h>
+
+extern "C" __attribute__((visibility("default"))) const char *tq_external_file(int64_t n) {
+  TORCH_CHECK(n >= 0, "n must not be negative");
+  return __FILE__;
+}
 """
 CMAKELISTS = """\
 cmake_minimum_required(VERSION 3.21)
 project(tq LANGUAGES C CXX)
 find_package(cpubuild CONFIG REQUIRED)
-cpubuild_add_variants(tq SOURCES csrc/omp.cpp)
+cpubuild_add_variants(tq SOURCES csrc/omp.cpp "${EXTERNAL_DIR}/external.cpp")
 """
 CHECK = """\
 import json, re, torch, tq
@@ -65,9 +77,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run([sys.executable, "-m", "cpubuild", "init", "--name", "tq", "--kind", "torch", "-q", str(project)], env=env)
     (project / "CMakeLists.txt").write_text(CMAKELISTS, encoding="utf-8")
     (project / "csrc" / "omp.cpp").write_text(OMP_SOURCE, encoding="utf-8")
+    (work / "cache").mkdir()
+    (work / "cache" / "external.cpp").write_text(EXTERNAL_SOURCE, encoding="utf-8")
     build, prefix = work / "build", work / "site"
     run(["cmake", "-S", str(project), "-B", str(build), f"-Dcpubuild_DIR={REPO / 'tools' / 'cpubuild' / 'cmake'}",
-         f"-DCMAKE_INSTALL_PREFIX={prefix}", f"-DPython_EXECUTABLE={sys.executable}", "-DCPUBUILD_ISA=baseline",
+         f"-DCMAKE_INSTALL_PREFIX={prefix}", f"-DPython_EXECUTABLE={sys.executable}", "-DCPUBUILD_ISA=baseline", f"-DEXTERNAL_DIR={work / 'cache'}",
          "-DCMAKE_BUILD_TYPE=Release"], env=env)
     run(["cmake", "--build", str(build), "-j2"], env=env)
     run(["cmake", "--install", str(build)], env=env)
@@ -103,3 +117,19 @@ def test_an_openmp_kernel_runs_on_torchs_threads_with_one_runtime(installed: Pat
     assert data["threads"] == {"1": 1, "2": 2, "3": 3}
     assert data["omp"] == [str(torch_openmp().resolve())], data["omp"]
     assert len(data["variant"]) == 1
+
+
+def test_no_build_source_or_venv_path_in_any_library(installed: Path) -> None:
+    """-ffile-prefix-map for the project, the build, sources outside the project, torch's and Python's headers."""
+    import sysconfig
+
+    import torch
+
+    work = installed.parent
+    forbidden = {str(work), str(Path(torch.__file__).parent), sysconfig.get_paths()["include"], sys.prefix}
+    libraries = sorted((installed / "tq").glob("*.so"))
+    assert len(libraries) == 2  # the variant and the probe
+    for lib in libraries:
+        data = lib.read_bytes()
+        found = [p for p in forbidden if p.encode() in data]
+        assert not found, f"{lib.name} names {found}"

@@ -141,6 +141,16 @@ if(CPUBUILD_KIND STREQUAL "torch")
     INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${CPUBUILD_TORCH_CXX11_ABI}"
     INTERFACE_LINK_LIBRARIES "${CPUBUILD_TORCH_DIR}/lib/libtorch_cpu.so;${CPUBUILD_TORCH_DIR}/lib/libc10.so")
   message(STATUS "cpubuild: torch ${CPUBUILD_TORCH_VERSION} from ${CPUBUILD_TORCH_DIR} (C++11 ABI ${CPUBUILD_TORCH_CXX11_ABI})")
+  # Python's headers too: torch extensions that are Python modules (vLLM's
+  # core/registration.h) include Python.h. Headers only: nothing links libpython.
+  if(NOT Python_INCLUDE_DIRS)
+    find_package(Python COMPONENTS Interpreter Development.Module QUIET)
+  endif()
+  if(Python_INCLUDE_DIRS)
+    set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${Python_INCLUDE_DIRS})
+  else()
+    message(STATUS "cpubuild: no Python headers for ${Python_EXECUTABLE}: sources that include Python.h will not compile")
+  endif()
   # OpenMP: one runtime per process. Variants compile with -fopenmp but link
   # torch's own libgomp file (the one libtorch_cpu needs, same soname), never
   # the compiler's: `import torch` has loaded it, and the wheel does not carry it.
@@ -177,6 +187,14 @@ endif()
 # target policy allows; it is force-included everywhere. gcc 12 calls _Float16
 # helpers (__extendhfsf2@GCC_12.0.0) on CPUs without F16C: link them from the
 # static libgcc.a (hidden there) so no GCC_12 symbol version is imported.
+# torch's and Python's headers live in the build's venv: their paths (in
+# __FILE__ of TORCH_CHECK and friends) must not reach the binaries either.
+if(CPUBUILD_KIND STREQUAL "torch")
+  list(APPEND CPUBUILD_COMMON_FLAGS "-ffile-prefix-map=${CPUBUILD_TORCH_DIR}=torch")
+  foreach(dir IN LISTS Python_INCLUDE_DIRS)
+    list(APPEND CPUBUILD_COMMON_FLAGS "-ffile-prefix-map=${dir}=python")
+  endforeach()
+endif()
 if(CPUBUILD_SYMVER_HEADER)
   list(APPEND CPUBUILD_COMMON_FLAGS "SHELL:-include \"${CPUBUILD_SYMVER_HEADER}\"")
 endif()
@@ -318,9 +336,28 @@ function(cpubuild_add_variants name)
   endif()
   set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})  # the floor's, when the arch declares one
   set(variant_source_dir "${CPUBUILD_PROJECT_DIR}")  # where the matrix's per-variant `sources` are
+  set(prefix_maps "")
   if(arg_VARIANT_SOURCE_DIR)
     get_filename_component(variant_source_dir "${arg_VARIANT_SOURCE_DIR}" ABSOLUTE)
+    list(APPEND prefix_maps "-ffile-prefix-map=${variant_source_dir}=src")  # e.g. an unpacked sdist outside the project
   endif()
+  # sources and include directories outside the project (an unpacked sdist in a cache): relative paths in the binaries
+  foreach(item IN LISTS arg_SOURCES arg_COMMON_SOURCES arg_BASELINE_SOURCES arg_INCLUDE_DIRECTORIES)
+    if(item MATCHES "^\\$<")
+      continue()  # a generator expression
+    endif()
+    get_filename_component(abs "${item}" ABSOLUTE)
+    string(FIND "${abs}" "${CMAKE_SOURCE_DIR}/" in_source)
+    string(FIND "${abs}" "${CMAKE_BINARY_DIR}/" in_build)
+    if(NOT in_source EQUAL 0 AND NOT in_build EQUAL 0)
+      get_filename_component(dir "${abs}" DIRECTORY)
+      if(IS_DIRECTORY "${abs}")
+        set(dir "${abs}")
+      endif()
+      list(APPEND prefix_maps "-ffile-prefix-map=${dir}=external")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES prefix_maps)
   set(gen "${CMAKE_CURRENT_BINARY_DIR}/cpubuild")
   set(torch "")
   if(CPUBUILD_KIND STREQUAL "torch")
@@ -332,7 +369,7 @@ function(cpubuild_add_variants name)
     add_library(${name}_common OBJECT ${arg_COMMON_SOURCES})
     target_include_directories(${name}_common PRIVATE ${arg_INCLUDE_DIRECTORIES})
     target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS})
-    target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${base_flags})
+    target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${base_flags})
     target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES} ${torch})
     set_target_properties(${name}_common PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
                           CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF)
@@ -369,7 +406,7 @@ function(cpubuild_add_variants name)
     target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS} ${CPUBUILD_VARIANT_${variant}_DEFINITIONS}
                                ${CPUBUILD_VARIANT_${variant}_ACCEPTED_DEFINES}
                                ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
-    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
+    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
                            ${CPUBUILD_VARIANT_${variant}_FLAGS} ${CPUBUILD_VARIANT_${variant}_ACCEPTED_FLAGS})
     target_link_options(${target} PRIVATE ${CPUBUILD_LINK_FLAGS} ${arg_LINK_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
     target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${CPUBUILD_VARIANT_${variant}_LIBRARIES} ${torch}
