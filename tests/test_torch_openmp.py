@@ -37,7 +37,7 @@ static int64_t omp_threads(int64_t items) {
 
 TORCH_LIBRARY(tq, m) { m.def("omp_threads(int items) -> int", &omp_threads); }
 
-extern "C" __attribute__((visibility("default"))) long tq_python_api(void) { return PY_VERSION_HEX; }
+extern "C" __attribute__((visibility("default"))) long tq_python_api(void) { return Py_LIMITED_API; }
 """
 # a source outside the project (as an unpacked sdist in a cache is): its __FILE__ and torch's must not name build paths
 EXTERNAL_SOURCE = """\
@@ -52,17 +52,18 @@ CMAKELISTS = """\
 cmake_minimum_required(VERSION 3.21)
 project(tq LANGUAGES C CXX)
 find_package(cpubuild CONFIG REQUIRED)
-cpubuild_add_variants(tq SOURCES csrc/omp.cpp "${EXTERNAL_DIR}/external.cpp")
+cpubuild_add_variants(tq SOURCES csrc/omp.cpp "${EXTERNAL_DIR}/external.cpp" PYTHON_MODULE)
 """
 CHECK = """\
-import json, re, torch, tq
+import ctypes, json, re, torch, tq
 threads = {}
 for k in (1, 2, 3):
     torch.set_num_threads(k)
     threads[k] = torch.ops.tq.omp_threads(96)
 paths = {line.split()[-1] for line in open("/proc/self/maps") if len(line.split()) >= 6}
 print(json.dumps({"threads": threads, "omp": sorted(p for p in paths if re.search(r"/lib(g|i)?omp[^/]*\\.so", p)),
-                  "variant": [p for p in paths if "/_tq_" in p and not p.endswith("_probe.so")]}))
+                  "variant": [p for p in paths if "/_tq_" in p and not p.endswith("_probe.so")],
+                  "limited_api": ctypes.CDLL(tq._cpubuild.library_path(tq._cpubuild.selected_isa())).tq_python_api()}))
 """
 
 
@@ -85,7 +86,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "-DCMAKE_BUILD_TYPE=Release"], env=env)
     run(["cmake", "--build", str(build), "-j2"], env=env)
     run(["cmake", "--install", str(build)], env=env)
-    (prefix / "tq" / "__init__.py").write_text("from ._cpubuild import library\n\nlibrary()\n", encoding="utf-8")
+    (prefix / "tq" / "__init__.py").write_text("from . import _cpubuild\nfrom ._cpubuild import library\n\nlibrary()\n", encoding="utf-8")
     return prefix
 
 
@@ -100,7 +101,7 @@ def torch_openmp() -> Path:
 def test_the_variant_needs_torchs_openmp_runtime(installed: Path) -> None:
     runtime = torch_openmp()
     require(runtime.is_file(), "this torch links no OpenMP runtime")
-    lib = next((installed / "tq").glob("_tq_baseline.so"))
+    lib = installed / "tq" / "_tq_baseline.abi3.so"  # PYTHON_MODULE: an abi3 extension module per variant
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
                         subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout)
     assert [n for n in needed if re.match(r"lib(g|i)?omp", n)] == [runtime.name]
@@ -116,7 +117,8 @@ def test_an_openmp_kernel_runs_on_torchs_threads_with_one_runtime(installed: Pat
     # the loop's threads follow torch.set_num_threads: one runtime's settings
     assert data["threads"] == {"1": 1, "2": 2, "3": 3}
     assert data["omp"] == [str(torch_openmp().resolve())], data["omp"]
-    assert len(data["variant"]) == 1
+    assert [Path(p).name for p in data["variant"]] == ["_tq_baseline.abi3.so"]  # loaded by the dispatcher, as torch.ops libraries are
+    assert data["limited_api"] == 0x030A0000  # Py_LIMITED_API from init's requires-python = ">=3.10"
 
 
 def test_no_build_source_or_venv_path_in_any_library(installed: Path) -> None:

@@ -206,3 +206,20 @@ def test_the_build_report_lists_the_optional_flags(tmp_path: Path) -> None:
                          "policy": "manylinux_2_28_x86_64", "audited": "ok", "isa_ext_check": "off", "size": 1, "sha256": "0"}}
     assert "  optional  amx: -mamx-fp8 accepted, -mavx10.2 rejected" in render_summary(summary).splitlines()
     assert "optional" not in render_summary({**summary, "wheel": {**summary["wheel"], "optional_flags": {}}})
+
+
+@pytest.mark.parametrize("spec, value", [(">=3.10", "0x030A0000"), (">= 3.9, <4", "0x03090000"), (">=3.13", "0x030D0000"),
+                                         ("<3.14", None), (None, None)])
+def test_limited_api_from_requires_python(spec: str | None, value: str | None) -> None:
+    from cpubuild.pylimited import limited_api
+
+    assert limited_api(spec) == value
+
+
+def test_cmake_bridge_carries_the_limited_api(tmp_path: Path) -> None:
+    p = project(tmp_path)
+    bare = cmake_variables(load_matrix(p / "isa_matrix.toml"), load_config(p), "x86_64", "gcc")
+    assert 'set(CPUBUILD_PYTHON_LIMITED_API "")' in bare.splitlines()
+    (p / "pyproject.toml").write_text(PYPROJECT.replace('version = "1.0"', 'version = "1.0"\nrequires-python = ">=3.11"'))
+    floor = cmake_variables(load_matrix(p / "isa_matrix.toml"), load_config(p), "x86_64", "gcc")
+    assert 'set(CPUBUILD_PYTHON_LIMITED_API "0x030B0000")' in floor.splitlines()

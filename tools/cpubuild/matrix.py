@@ -26,6 +26,7 @@ from typing import Any
 from . import __version__
 from .contract import ContractError, LocatedError, ProjectConfig, load_config
 from .hardware import COMPILER_FAMILIES, OPERATING_SYSTEMS, Arch, Feature, Hardware, hardware
+from .pylimited import project_limited_api
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -577,6 +578,8 @@ def cmake_variables(matrix: Matrix, config: ProjectConfig, arch: str, family: st
         f"set(CPUBUILD_VARIANTS {_cmake_string(_cmake_list([v.name for v in usable]))})",
         f"set(CPUBUILD_BASELINE_VARIANT {_cmake_string(matrix.baseline(arch).name)})",
         f"set(CPUBUILD_MATRIX_FILE {_cmake_string(matrix.path)})",
+        # abi3 modules (cpubuild_add_variants PYTHON_MODULE): the project's requires-python floor
+        f"set(CPUBUILD_PYTHON_LIMITED_API {_cmake_string(project_limited_api(config.pyproject) or '')})",
     ]
     base = matrix.baseline(arch)
     # the probe runs before any check: it gets the arch's lowest ISA, never a floor's flags

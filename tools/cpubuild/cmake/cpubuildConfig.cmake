@@ -10,6 +10,8 @@
 #     [PACKAGE_DIR <dir>]            # install destination (default: [tool.cpubuild] package)
 #     [VARIANT_SOURCE_DIR <dir>]     # where the matrix's per-variant `sources` are (default: the project directory)
 #     [UNITY]                        # each variant's SOURCES as one translation unit
+#     [PYTHON_MODULE]                # each variant is an abi3 extension module: _<name>_<variant>.abi3.so,
+#                                    # -DPy_LIMITED_API from [project] requires-python
 #     [TARGETS_VAR <var>])           # receives the variant targets
 #
 # The variants, their flags and the features they need come from the
@@ -314,7 +316,7 @@ _cpubuild_probe_optional_flags()
 
 # ------------------------------------------------------------------ the call
 function(cpubuild_add_variants name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
+  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY;PYTHON_MODULE" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
     "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "cpubuild_add_variants(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
@@ -359,6 +361,16 @@ function(cpubuild_add_variants name)
   endforeach()
   list(REMOVE_DUPLICATES prefix_maps)
   set(gen "${CMAKE_CURRENT_BINARY_DIR}/cpubuild")
+  set(suffix "${CPUBUILD_LIBRARY_SUFFIX}")
+  set(module_definitions "")
+  if(arg_PYTHON_MODULE)
+    if(NOT CPUBUILD_PYTHON_LIMITED_API)
+      message(FATAL_ERROR "cpubuild_add_variants(${name}): PYTHON_MODULE needs [project] requires-python = \">=3.X\" in "
+                          "pyproject.toml (the limited API version comes from it)")
+    endif()
+    set(suffix ".abi3${CPUBUILD_LIBRARY_SUFFIX}")  # the stable-ABI module name CPython and auditwheel know
+    set(module_definitions Py_LIMITED_API=${CPUBUILD_PYTHON_LIMITED_API})
+  endif()
   set(torch "")
   if(CPUBUILD_KIND STREQUAL "torch")
     set(torch cpubuild_torch)  # torch's headers need C++20 since 2.10; earlier ones accept it
@@ -368,7 +380,7 @@ function(cpubuild_add_variants name)
   if(arg_COMMON_SOURCES)
     add_library(${name}_common OBJECT ${arg_COMMON_SOURCES})
     target_include_directories(${name}_common PRIVATE ${arg_INCLUDE_DIRECTORIES})
-    target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS})
+    target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS} ${module_definitions})
     target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${base_flags})
     target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES} ${torch})
     set_target_properties(${name}_common PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
@@ -403,7 +415,7 @@ function(cpubuild_add_variants name)
     add_library(${target} MODULE ${sources})
     target_include_directories(${target} PRIVATE ${arg_INCLUDE_DIRECTORIES})
     # the call's inputs, then the matrix's for this variant (with its parents'), then its accepted optional flags
-    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS} ${CPUBUILD_VARIANT_${variant}_DEFINITIONS}
+    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS} ${module_definitions} ${CPUBUILD_VARIANT_${variant}_DEFINITIONS}
                                ${CPUBUILD_VARIANT_${variant}_ACCEPTED_DEFINES}
                                ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
     target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
@@ -415,7 +427,7 @@ function(cpubuild_add_variants name)
       set_target_properties(${target} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
     endif()
     # UNITY: all of a variant's SOURCES in one batch (the intrinsics headers are parsed once)
-    set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
+    set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${suffix}"
                           POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
                           VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF
                           UNITY_BUILD ${arg_UNITY} UNITY_BUILD_BATCH_SIZE 0)
@@ -447,7 +459,7 @@ function(cpubuild_add_variants name)
   endforeach()
   _cpubuild_python(_ -m cpubuild.matrix --project "${CPUBUILD_PROJECT_DIR}"
                    manifest --arch "${CPUBUILD_ARCH}" --variants "${built}" ${optional}
-                   --library "_${name}_{variant}${CPUBUILD_LIBRARY_SUFFIX}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
+                   --library "_${name}_{variant}${suffix}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
                    ${torch_version} --out "${gen}/_manifest.json")
   install(FILES "${gen}/_manifest.json" DESTINATION "${dest}")
   install(DIRECTORY "${CPUBUILD_RUNTIME_DIR}/" DESTINATION "${dest}/_cpubuild"
