@@ -178,6 +178,11 @@ def symbols_above(wheel: Path, ceiling: str) -> list[str]:
     return lines
 
 
+def grafted_above(repaired: Path, ceiling: str) -> list[str]:
+    """symbols_above for the libraries auditwheel grafted into a repaired wheel (its `<pkg>.libs/`)."""
+    return [line for line in symbols_above(repaired, ceiling) if ".libs/" in line.split(":", 1)[0]]
+
+
 def flagged_libraries(wheel: Path) -> dict[str, str]:
     """Libraries inside the wheel that declare an x86-64 level above the baseline."""
     with tempfile.TemporaryDirectory(prefix="cpubuild-isa-") as tmp:
@@ -256,6 +261,15 @@ def repair_linux(
         raise BuildFailedError(f"auditwheel show says {tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
     if not policy_at_most(tag, ceiling):
         offenders = symbols_above(wheel, ceiling)
+        grafted = grafted_above(repaired, ceiling)
+        if grafted and not offenders:
+            # the project's code fits; a library auditwheel copied from this host does not (the host's libgomp)
+            names = ", ".join(sorted({g.split(":", 1)[0].rsplit("/", 1)[-1] for g in grafted}))
+            raise BuildFailedError(
+                f"{names}, which auditwheel bundles from this build host, needs {tag}, above {ceiling}, the policy "
+                f"the project aims at: build where that library fits the policy (a manylinux image: cpubuild image), "
+                f"raise [arch] manylinux in isa_matrix.toml, or do not link it",
+                detail="symbol versions above the policy:\n  " + "\n  ".join(grafted[:40]))
         raise BuildFailedError(
             f"the binaries need {tag}, above {ceiling}, the policy the project aims at",
             detail="symbol versions above the policy:\n  " + "\n  ".join(offenders[:40] or ["(none found: see the auditwheel output in the build log)"]),
