@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, require, require_tool, run
 
+pytestmark = pytest.mark.slow  # builds torch extensions (minutes on 2 cores)
+
 OMP_SOURCE = """\
 #include <Python.h>  // a torch extension that is a Python module (vLLM's registration.h) needs Python's headers
 #include <omp.h>

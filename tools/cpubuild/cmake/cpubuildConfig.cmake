@@ -10,6 +10,7 @@
 #     [PACKAGE_DIR <dir>]            # install destination (default: [tool.cpubuild] package)
 #     [VARIANT_SOURCE_DIR <dir>]     # where the matrix's per-variant `sources` are (default: the project directory)
 #     [UNITY]                        # each variant's SOURCES as one translation unit
+#     [PRECOMPILE_HEADERS <hdr>...]  # precompiled once per variant (its flags), e.g. <torch/all.h>; ccache-friendly
 #     [PYTHON_MODULE]                # each variant is an abi3 extension module: _<name>_<variant>.abi3.so,
 #                                    # -DPy_LIMITED_API from [project] requires-python
 #     [TARGETS_VAR <var>])           # receives the variant targets
@@ -317,7 +318,7 @@ _cpubuild_probe_optional_flags()
 # ------------------------------------------------------------------ the call
 function(cpubuild_add_variants name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY;PYTHON_MODULE" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
-    "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS")
+    "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS;PRECOMPILE_HEADERS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "cpubuild_add_variants(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -376,6 +377,14 @@ function(cpubuild_add_variants name)
     set(torch cpubuild_torch)  # torch's headers need C++20 since 2.10; earlier ones accept it
   endif()
 
+  # Precompiled headers: one per target (a PCH holds code compiled with that
+  # target's ISA flags). cpubuild's ccache launcher then needs the sloppiness
+  # ccache documents for PCH builds, or every object would miss the cache.
+  set(pch_launcher "")
+  if(arg_PRECOMPILE_HEADERS AND CPUBUILD_CCACHE_PROGRAM
+     AND "${CMAKE_${_cpubuild_lang}_COMPILER_LAUNCHER}" STREQUAL "${CPUBUILD_CCACHE_PROGRAM}")
+    set(pch_launcher "${CMAKE_COMMAND};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;${CPUBUILD_CCACHE_PROGRAM}")
+  endif()
   set(common_objects "")
   if(arg_COMMON_SOURCES)
     add_library(${name}_common OBJECT ${arg_COMMON_SOURCES})
@@ -387,6 +396,12 @@ function(cpubuild_add_variants name)
                           CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF)
     if(torch)
       set_target_properties(${name}_common PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+    endif()
+    if(arg_PRECOMPILE_HEADERS)
+      target_precompile_headers(${name}_common PRIVATE ${arg_PRECOMPILE_HEADERS})
+      if(pch_launcher)
+        set_target_properties(${name}_common PROPERTIES ${_cpubuild_lang}_COMPILER_LAUNCHER "${pch_launcher}")
+      endif()
     endif()
     set(common_objects $<TARGET_OBJECTS:${name}_common>)
   endif()
@@ -408,6 +423,7 @@ function(cpubuild_add_variants name)
     endif()
     set(own_sources ${CPUBUILD_VARIANT_${variant}_SOURCES})
     list(TRANSFORM own_sources PREPEND "${variant_source_dir}/")
+    set_source_files_properties("${marker}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
     set(sources ${arg_SOURCES} ${own_sources} "${marker}" ${common_objects})
     if(variant STREQUAL CPUBUILD_BASELINE_VARIANT)
       list(APPEND sources ${arg_BASELINE_SOURCES})
@@ -431,6 +447,12 @@ function(cpubuild_add_variants name)
                           POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
                           VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF
                           UNITY_BUILD ${arg_UNITY} UNITY_BUILD_BATCH_SIZE 0)
+    if(arg_PRECOMPILE_HEADERS)
+      target_precompile_headers(${target} PRIVATE ${arg_PRECOMPILE_HEADERS})
+      if(pch_launcher)
+        set_target_properties(${target} PROPERTIES ${_cpubuild_lang}_COMPILER_LAUNCHER "${pch_launcher}")
+      endif()
+    endif()
     install(TARGETS ${target} LIBRARY DESTINATION "${dest}")
     list(APPEND targets ${target})
   endforeach()
