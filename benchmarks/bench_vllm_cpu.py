@@ -4,7 +4,7 @@
 
 Builds the example's native wheel with `cpubuild wheel --isa native` (or takes
 `--wheel`), unpacks it into a temporary directory (torch and cpukern come from
-this Python) and runs one subprocess per kernel variant this CPU supports,
+this Python) and runs one subprocess per variant this CPU supports,
 forced with VLLM_CPU_OPS_ISA (a process loads one variant); cpukern runs its
 own pick (CPUKERN_ISA is forced to the same name when cpukern has that
 variant). Each subprocess times, interleaved in rounds (median of >= 3 rounds,
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="the results as JSON on stdout")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median kept; at least 3)")
     parser.add_argument("--round-ms", type=float, default=60.0, help="time per candidate per round")
-    parser.add_argument("--variants", help="comma-separated (default: every kernel variant this CPU supports)")
+    parser.add_argument("--variants", help="comma-separated (default: every variant this CPU supports)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 3:
@@ -190,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         probe = ("import json, cpukern, vllm_cpu_ops; print(json.dumps({'supported': vllm_cpu_ops.supported_variants(),"
                  " 'cpukern': cpukern.supported_variants()}))")
         found = run_python(site, ["-c", probe], {})
-        # the baseline below vLLM's floor has no kernels: nothing to time
-        variants = args.variants.split(",") if args.variants else [v for v in found["supported"] if v != "baseline"]
+        variants = args.variants.split(",") if args.variants else found["supported"]
         print(f"# {wheel.name}; CPU supports {', '.join(found['supported'])}", file=sys.stderr if args.json else sys.stdout,
               flush=True)
         runs = []

@@ -7,15 +7,19 @@ installed into a fresh venv with torch and what vLLM's test modules import
 (examples/vllm-cpu/vllm_cpu_testing/requirements.txt). vLLM's unmodified
 `tests/kernels/core/test_cpu_activation.py`, `test_pos_encoding.py` and
 `test_layernorm.py` run from the sdist, through the example's pytest plugin
-(device switching, CUDA-only skips with reasons), once per kernel variant this
+(device switching, CUDA-only skips with reasons; --vllm-cpu-quick deselects the
+GPU-sized cases, 15-50 s each here, counted apart), once per kernel variant this
 CPU runs (forced with VLLM_CPU_OPS_ISA, one per process) and once with the
 default pick; the pass/fail/skip counts are recorded as test properties.
-Every variant maps one variant library and one OpenMP runtime (torch's).
+Every variant maps one variant library and one OpenMP runtime (torch's); under
+QEMU SandyBridge (AVX, no AVX2: below the matrix's avx2 floor) the package
+imports and refuses with the missing features.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require_tool, run, skip_host_fact
+from conftest import REPO, require, require_tool, run, skip_host_fact
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import ARCH, oracle_features, oracle_ranking
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
@@ -61,8 +65,8 @@ def vllm_tree() -> Path:
 
 
 def kernel_variants(matrix: Matrix) -> list[str]:
-    """Variants with vLLM's kernels that this CPU runs (the baseline below the floor has none)."""
-    return [v.name for v in matrix.variants_for(ARCH) if v.requires and set(v.requires) <= oracle_features()]
+    """The variants this CPU runs (every one holds vLLM's kernels: the matrix has a floor, no baseline)."""
+    return [v.name for v in matrix.variants_for(ARCH) if set(v.requires) <= oracle_features()]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +99,7 @@ def built_variants(python: Path, tmp_path: Path) -> list[str]:
 def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, **extra: str) -> dict[str, Any]:
     """vLLM's kernel tests from the sdist through our plugin; the junit counts and the variant."""
     command = [str(python), "-m", "pytest", "-p", "vllm_cpu_testing.plugin", "--noconftest", "-p", "no:cacheprovider",
-               "-q", "-rs", f"--junitxml={junit}", *VLLM_TESTS]
+               "-q", "-rs", "--vllm-cpu-quick", f"--junitxml={junit}", *VLLM_TESTS]
     # the sdist's root is the working directory (vllm/ and tests/ import from it);
     # the plugin comes from the example, not from the wheel
     proc = subprocess.run(command, env=env(PYTHONPATH=str(EXAMPLE), **extra), cwd=vllm_tree, capture_output=True,
@@ -107,6 +111,8 @@ def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, **extra: str) -> 
     assert suite is not None, proc.stdout[-3000:]
     counts = {key: int(suite.get(key, "0")) for key in ("tests", "failures", "errors", "skipped")}
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    deselected = re.search(r"(\d+) deselected", proc.stdout)
+    counts["deselected"] = int(deselected.group(1)) if deselected else 0
     header = [line for line in proc.stdout.splitlines() if line.startswith("vllm_cpu_ops variant:")]
     return {"returncode": proc.returncode, "counts": counts, "variant": header[0].split(":", 1)[1].strip()
             if header else None, "tail": proc.stdout[-4000:] + proc.stderr[-2000:]}
@@ -195,20 +201,28 @@ def test_forcing_an_avx512_variant_this_cpu_lacks_fails_cleanly(python: Path, ma
     assert {Path(m).name for m in result["mapped"]} == {f"_{PACKAGE}_probe.so"}, result["mapped"]
 
 
-BASELINE = f"""
-import torch, {PACKAGE}
-x = torch.randn(2, 64)
+BELOW_FLOOR = f"""
+import json, torch, {PACKAGE}
+from {PACKAGE} import vllm_shim
 try:
-    {PACKAGE}.ops().rms_norm(torch.empty_like(x), x, torch.ones(64), 1e-6)
-except RuntimeError as exc:
-    print(str(exc).splitlines()[0])
+    vllm_shim.install()
+    error = None
+except {PACKAGE}.DispatchError as exc:
+    error = str(exc)
+maps = open("/proc/self/maps").read()
+print(json.dumps({{"error": error, "mapped": [l.split()[-1] for l in maps.splitlines() if "_{PACKAGE}_" in l]}}))
 """
 
 
-def test_the_baseline_below_vllms_floor_raises_naming_it(python: Path, tmp_path: Path) -> None:
-    """vLLM's x86 kernels need AVX2 + F16C: the kernel-less baseline's ops say so instead of running."""
-    if ARCH != "x86_64":
-        skip_host_fact("the x86_64 floor")
-    proc = run([str(python), "-c", BASELINE], env=env(**{f"{PREFIX}_ISA": "baseline"}), cwd=tmp_path, check=False)
+@pytest.mark.qemu
+def test_below_the_avx2_floor_under_qemu_sandybridge_imports_and_refuses(python: Path, tmp_path: Path) -> None:
+    """vLLM's x86 kernels need AVX2: on a CPU without it the package imports, says which
+    features are missing and maps no variant library (never a SIGILL)."""
+    require(ARCH == "x86_64", "runs the x86_64 venv's Python under qemu-x86_64")
+    require_tool("qemu-x86_64-static")
+    proc = run(["qemu-x86_64-static", "-cpu", "SandyBridge", str(python), "-c", BELOW_FLOOR], env=env(), cwd=tmp_path,
+               check=False, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "rms_norm has no kernel for this CPU" in proc.stdout and "AVX2 and F16C" in proc.stdout, proc.stdout
+    result = json.loads(proc.stdout)
+    assert result["error"] and "no variant for this CPU" in result["error"] and "avx2" in result["error"], result
+    assert {Path(m).name for m in result["mapped"]} == {f"_{PACKAGE}_probe.so"}, result["mapped"]

@@ -12,6 +12,9 @@ vLLM's files are run unmodified; everything CPU-specific is here:
   and are skipped, saying so;
 - cases the CPU build cannot run are skipped with the reason (SKIPS below): ops
   vLLM builds for CUDA only, or shapes vLLM's CPU kernel itself rejects;
+- ``--vllm-cpu-quick`` deselects (never passes) the cases above QUICK_LIMITS:
+  vLLM sized them for a GPU, and their eager references take 15-50 s each on
+  a 2-core CPU (rotary at 5x8192 tokens); the full run is the command above;
 - vLLM's tests/conftest.py imports its whole engine (and model test helpers),
   so it is not loaded (--noconftest); the two fixtures these tests use from
   the conftest files are provided here with the same meaning.
@@ -63,6 +66,19 @@ SKIPS = (
 )
 
 
+# --vllm-cpu-quick: a case with a parameter above its limit is deselected.
+QUICK_LIMITS = {"seq_len": 1024, "num_tokens": 1024}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--vllm-cpu-quick", action="store_true",
+                     help=f"deselect the GPU-sized cases (parameters above {QUICK_LIMITS})")
+
+
+def _too_large(params: dict[str, Any]) -> bool:
+    return any(isinstance(params.get(name), int) and params[name] > limit for name, limit in QUICK_LIMITS.items())
+
+
 def pytest_configure(config: pytest.Config) -> None:
     import vllm_cpu_ops
     from vllm_cpu_ops import vllm_shim
@@ -78,6 +94,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"vllm_cpu_ops variant: {config.stash[_VARIANT]}"
 
 
+def _params(item: pytest.Item) -> dict[str, Any]:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params if callspec is not None else {}
+
+
 def _switch_device(item: pytest.Item, params: dict[str, Any]) -> str | None:
     """Run the first CUDA device's case on the CPU; a skip reason for the others."""
     device = params.get("device")
@@ -90,9 +111,13 @@ def _switch_device(item: pytest.Item, params: dict[str, Any]) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--vllm-cpu-quick"):
+        large = [item for item in items if _too_large(_params(item))]
+        if large:
+            config.hook.pytest_deselected(items=large)
+            items[:] = [item for item in items if not _too_large(_params(item))]
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        params: dict[str, Any] = callspec.params if callspec is not None else {}
+        params = _params(item)
         reason = _switch_device(item, params)
         if reason is None:
             name = getattr(item, "originalname", item.name)

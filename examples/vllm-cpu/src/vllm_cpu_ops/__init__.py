@@ -14,7 +14,8 @@ code looks for them, ``torch.ops._C.*`` (vLLM's schemas):
     >>> torch.ops._C.rms_norm(out, x, torch.ones(4096, dtype=torch.bfloat16), 1e-6)
 
 A variant this CPU cannot run (forced) is not loaded: the import succeeds and
-``ops()`` raises UnsupportedISAError naming the missing features.
+``ops()`` raises UnsupportedISAError naming the missing features; below the
+matrix's floor (AVX2 + F16C on x86) it raises NoVariantError likewise.
 ``vllm_cpu_ops.vllm_shim.install()`` makes ``import vllm._C`` (and vLLM's
 ``_C_AVX512`` / ``_C_AVX2``) resolve to the loaded variant.
 """
