@@ -87,3 +87,12 @@ def test_a_torch_library_resolves_libgomp_in_torch_and_does_not_carry_it(tools: 
                                    exclude=excluded, lookup_first=[runtime.parent])
     assert repair.policy_at_most(repaired.policy, "manylinux_2_28_x86_64")
     assert not any("libgomp" in n for n in zipfile.ZipFile(repaired.wheel).namelist())
+
+
+def test_a_repair_exclude_library_is_left_out_of_the_wheel(tools: None, tmp_path: Path) -> None:
+    """[tool.cpubuild] repair-exclude: the project says the system (or a required package) provides libgomp."""
+    wheel = omp_wheel(tmp_path, ["-fopenmp"])
+    repaired = repair.repair_linux(wheel, tmp_path / "ok", ceiling="manylinux_2_28_x86_64", guarded=[], log=[].append,
+                                   exclude=["libgomp.so.1"])
+    assert not any("libgomp" in n for n in zipfile.ZipFile(repaired.wheel).namelist())
+    assert repair.policy_at_most(repaired.policy, "manylinux_2_28_x86_64") and "without libgomp.so.1" in repaired.audited

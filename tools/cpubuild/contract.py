@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .repairexclude import RepairExclude, parse_repair_exclude
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 only
@@ -40,7 +42,7 @@ PREFIX_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
 MODULE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Sub-tables other modules own (each validates its own keys).
 SUB_TABLES = ("wheel", "ci", "baremetal")
-KEYS = ("package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", *SUB_TABLES)
+KEYS = ("package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "repair-exclude", *SUB_TABLES)
 DOCS = "docs/project.md"
 
 
@@ -85,6 +87,7 @@ class ProjectConfig:
     source: Path | None  # the package's source directory, when declared
     static_version: str | None  # [project] version, when not dynamic
     tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci, baremetal)
+    repair_exclude: tuple[RepairExclude, ...] = ()  # libraries the wheel must not carry (repairexclude.py)
 
     @property
     def root(self) -> Path:
@@ -179,6 +182,12 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
     if kind == "torch" and "dependencies" not in dynamic:
         raise ContractError(path, "[project] dynamic", "a torch project lists \"dependencies\" there: cpubuild's provider "
                             "pins the torch minor it was built against (the C++ ABI changes between minors), see docs/project.md")
+    deps = project.get("dependencies")
+    static_deps = [str(d) for d in deps] if "dependencies" not in dynamic and isinstance(deps, list) else (
+        [] if "dependencies" not in dynamic else None)
+    excludes, problem = parse_repair_exclude(table.get("repair-exclude"), static_deps)
+    if problem:
+        raise ContractError(path, f"[{TABLE}] repair-exclude", problem)
     return ProjectConfig(
         pyproject=path,
         dist_name=dist_name,
@@ -191,6 +200,7 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
         source=path.parent / source if source else None,
         static_version=version if "version" not in dynamic else None,
         tables={key: dict(table.get(key, {})) for key in SUB_TABLES},
+        repair_exclude=excludes,
     )
 
 

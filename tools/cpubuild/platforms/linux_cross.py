@@ -21,7 +21,7 @@ from ..errors import ToolMissingError
 from ..hardware import Arch
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
-from ..wheelbuild.repair import Repaired, repair_linux
+from ..wheelbuild.repair import Repaired, excluded_sonames, repair_linux
 from ..wheelbuild.tools import Requirement, apt_fix
 from . import BuildSetup, Host, Log, Toolchain
 from .linux_native import common_requirements, linux_setup
@@ -113,7 +113,7 @@ class LinuxCross:
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
         return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan.target),
-                            exclude=plan.torch.libraries if plan.torch else (),
+                            exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()),
                             lookup_first=plan.torch.library_dirs if plan.torch else ())
 
 

@@ -13,7 +13,7 @@ from ..wheelbuild import glibc
 from ..wheelbuild.cache import cache_dir
 from ..wheelbuild.compilers import identify
 from ..wheelbuild.plan import BuildPlan
-from ..wheelbuild.repair import Repaired, repair_linux
+from ..wheelbuild.repair import Repaired, excluded_sonames, repair_linux
 from ..wheelbuild.tools import Requirement, apt_fix, pip_fix
 from . import BuildSetup, Host, Log, Toolchain
 
@@ -82,7 +82,7 @@ class LinuxNative:
         return linux_setup(plan, toolchain, log)
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
-        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, exclude=plan.torch.libraries if plan.torch else (),
+        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()),
                             lookup_first=plan.torch.library_dirs if plan.torch else ())
 
 

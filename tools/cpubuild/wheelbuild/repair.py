@@ -203,6 +203,13 @@ def isa_check_decision(flagged: dict[str, str], guarded: Collection[str]) -> str
     return f"disabled: it flagged only guarded variant libraries ({listing})"
 
 
+def excluded_sonames(project: Path, torch_libraries: Sequence[str] = ()) -> tuple[str, ...]:
+    """What the repair leaves out: torch's libraries and the project's `repair-exclude`."""
+    from ..contract import load_config
+
+    return tuple(dict.fromkeys((*torch_libraries, *(e.library for e in load_config(project).repair_exclude))))
+
+
 def repair_linux(
     wheel: Path,
     dest: Path,
@@ -256,9 +263,14 @@ def repair_linux(
     outside = set(after.external_libs) - set(exclude)
     if outside:
         raise BuildFailedError(f"{repaired.name} needs {', '.join(sorted(outside))}, which it does not carry")
-    tag = after.sym_tag if exclude and after.external_libs else after.overall_tag
-    if tag not in platforms:
-        raise BuildFailedError(f"auditwheel show says {tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
+    if exclude and after.external_libs:
+        # auditwheel show resolves the excluded libraries on this host and counts their needs (the host's
+        # libgomp: GLIBC_2.34); the wheel does not carry them, so its tag is what repair --exclude computed
+        tag = next((p for p in platforms if re.match(r"manylinux_\d+_\d+_", p)), after.sym_tag)
+    else:
+        tag = after.overall_tag
+        if tag not in platforms:
+            raise BuildFailedError(f"auditwheel show says {tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
     if not policy_at_most(tag, ceiling):
         offenders = symbols_above(wheel, ceiling)
         grafted = grafted_above(repaired, ceiling)
@@ -274,5 +286,5 @@ def repair_linux(
             f"the binaries need {tag}, above {ceiling}, the policy the project aims at",
             detail="symbol versions above the policy:\n  " + "\n  ".join(offenders[:40] or ["(none found: see the auditwheel output in the build log)"]),
         )
-    audited = tag if not after.external_libs else f"{tag}, without {', '.join(after.external_libs)} (excluded: loaded from torch)"
+    audited = tag if not after.external_libs else f"{tag}, without {', '.join(after.external_libs)} (excluded: torch's or repair-exclude)"
     return Repaired(wheel=repaired, policy=tag, audited=audited, isa_ext_check=isa_note)
