@@ -126,3 +126,45 @@ def test_plain_cmake_configure_of_a_torch_project_finds_the_build_python_torch(t
     torch_dir = Path(subprocess.run([sys.executable, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"],
                                     capture_output=True, text=True, check=True).stdout.strip())
     assert f"cpubuild: torch {probe.stdout.strip().split('+')[0]}" in proc.stdout and str(torch_dir) in proc.stdout, proc.stdout
+
+
+DEP_CMAKE = "cmake_minimum_required(VERSION 3.21)\nproject(dep3 C)\noption(DEP3_TWICE \"\" OFF)\n" \
+            "add_library(dep3 STATIC dep3.c)\nif(DEP3_TWICE)\n  target_compile_definitions(dep3 PRIVATE DEP3_FACTOR=2)\nendif()\n"
+DEP_SOURCE = """\
+#if !defined(__AVX2__) || defined(__AVX512F__) || !defined(DEP3_FACTOR)
+#error "built with the floor's flags and its OPTIONS"
+#endif
+int dep3_scale(int x) { return x * DEP3_FACTOR; }
+"""
+
+
+def test_a_third_party_cmake_project_is_built_once_with_the_floor_flags(tmp_path: Path) -> None:
+    require(platform.machine() == "x86_64", "x86_64 host only")
+    require_tool("cmake", "gcc")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    project, dep = tmp_path / "fl", tmp_path / "cache" / "dep3"
+    run([sys.executable, "-m", "cpubuild", "init", "--name", "fl", "--arch", "x86_64", "-q", str(project)], env=env)
+    (project / "isa_matrix.toml").write_text(MATRIX, encoding="utf-8")
+    (project / "csrc" / "only512.c").write_text(ONLY512, encoding="utf-8")
+    dep.mkdir(parents=True)
+    (dep / "CMakeLists.txt").write_text(DEP_CMAKE, encoding="utf-8")
+    (dep / "dep3.c").write_text(DEP_SOURCE, encoding="utf-8")
+    cmake = (project / "CMakeLists.txt").read_text()
+    (project / "CMakeLists.txt").write_text(cmake.replace(
+        "cpubuild_add_variants(fl\n", f'cpubuild_add_dependency(dep3 SOURCE_DIR "{dep}" OPTIONS DEP3_TWICE=ON)\n'
+        "cpubuild_add_variants(fl\n  LINK_LIBRARIES dep3\n"), encoding="utf-8")
+    (project / "csrc" / "use_dep.c").write_text(
+        'int dep3_scale(int x);\n__attribute__((visibility("default"))) int fl_dep(int x) { return dep3_scale(x); }\n')
+    (project / "CMakeLists.txt").write_text((project / "CMakeLists.txt").read_text().replace(
+        "SOURCES csrc/fl.c", "SOURCES csrc/fl.c csrc/use_dep.c"), encoding="utf-8")
+    build = tmp_path / "build"
+    run(["cmake", "-S", str(project), "-B", str(build), f"-Dcpubuild_DIR={REPO / 'tools' / 'cpubuild' / 'cmake'}",
+         f"-DPython_EXECUTABLE={sys.executable}"], env=env)
+    out = run(["cmake", "--build", str(build), "-j2"], env=env).stdout
+    assert out.count("Building C object cpubuild-deps/dep3/CMakeFiles/dep3.dir/dep3.c.o") == 1, out
+    for variant in ("avx2", "avx512"):
+        symbols = subprocess.run(["nm", str(build / f"_fl_{variant}.so")], capture_output=True, text=True, check=True).stdout
+        assert " dep3_scale" in symbols and "fl_dep" in symbols, variant
+    import ctypes
+
+    assert ctypes.CDLL(str(build / "_fl_avx2.so")).fl_dep(21) == 42  # dlopen only; the call runs dep3's scalar code

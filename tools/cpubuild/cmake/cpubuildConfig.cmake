@@ -315,6 +315,47 @@ function(_cpubuild_probe_optional_flags)
 endfunction()
 _cpubuild_probe_optional_flags()
 
+# ------------------------------------------------------------------ third-party dependencies
+# cpubuild_add_dependency(<name> SOURCE_DIR <dir> [VARIANT <variant>] [OPTIONS KEY=VALUE...])
+# A third-party CMake project (a local source directory, e.g. an unpacked
+# sdist: never a download during the build) built once per build, as
+# position-independent code with the flags of the arch's lowest variant (the
+# baseline or the floor; VARIANT may only name that one: its code is linked
+# into every variant), and without install rules (EXCLUDE_FROM_ALL). Link its
+# targets through cpubuild_add_variants(... LINK_LIBRARIES <its targets>).
+# OPTIONS set its cache options (e.g. DNNL_LIBRARY_TYPE=STATIC) before it is added.
+function(cpubuild_add_dependency name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "SOURCE_DIR;VARIANT" "OPTIONS")
+  if(arg_UNPARSED_ARGUMENTS OR NOT arg_SOURCE_DIR)
+    message(FATAL_ERROR "cpubuild_add_dependency(${name}): usage: SOURCE_DIR <dir> [VARIANT <variant>] [OPTIONS KEY=VALUE...]")
+  endif()
+  get_filename_component(source "${arg_SOURCE_DIR}" ABSOLUTE)
+  if(NOT EXISTS "${source}/CMakeLists.txt")
+    message(FATAL_ERROR "cpubuild_add_dependency(${name}): ${source} holds no CMakeLists.txt")
+  endif()
+  set(variant "${CPUBUILD_BASELINE_VARIANT}")
+  if(arg_VARIANT AND NOT arg_VARIANT STREQUAL "baseline")
+    if(NOT arg_VARIANT STREQUAL CPUBUILD_BASELINE_VARIANT)
+      message(FATAL_ERROR "cpubuild_add_dependency(${name}): VARIANT ${arg_VARIANT}: a dependency linked into every variant "
+                          "is built with the lowest one's flags (${CPUBUILD_BASELINE_VARIANT}); a higher variant's code would "
+                          "run on CPUs below it")
+    endif()
+  endif()
+  foreach(option IN LISTS arg_OPTIONS)
+    if(NOT option MATCHES "^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+      message(FATAL_ERROR "cpubuild_add_dependency(${name}): OPTIONS entry '${option}' is not KEY=VALUE")
+    endif()
+    set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+  endforeach()
+  set(CMAKE_POLICY_DEFAULT_CMP0077 NEW)  # option() honours the variables above
+  set(CMAKE_POSITION_INDEPENDENT_CODE ON)  # linked into shared variant libraries
+  string(REPLACE ";" " " flags "${CPUBUILD_VARIANT_${variant}_FLAGS}")
+  set(CMAKE_C_FLAGS "${CMAKE_C_FLAGS} ${flags} -ffile-prefix-map=${source}=${name}")
+  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${flags} -ffile-prefix-map=${source}=${name}")
+  add_subdirectory("${source}" "${CMAKE_BINARY_DIR}/cpubuild-deps/${name}" EXCLUDE_FROM_ALL)
+  message(STATUS "cpubuild: dependency ${name} from ${source}, built once with ${variant}'s flags")
+endfunction()
+
 # ------------------------------------------------------------------ the call
 function(cpubuild_add_variants name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY;PYTHON_MODULE" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
