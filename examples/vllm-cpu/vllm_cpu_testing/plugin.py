@@ -94,6 +94,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"vllm_cpu_ops variant: {config.stash[_VARIANT]}"
 
 
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    # also under -q, which drops the header: the variant these results belong to
+    terminalreporter.write_line(f"vllm_cpu_ops variant: {config.stash[_VARIANT]}")
+
+
 def _params(item: pytest.Item) -> dict[str, Any]:
     callspec = getattr(item, "callspec", None)
     return callspec.params if callspec is not None else {}
