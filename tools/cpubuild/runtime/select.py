@@ -179,9 +179,9 @@ def select_variant(
             )
         )
     if chosen is None:
-        built_rows = [s for s in statuses if s.built]
-        if built_rows and forced is None and all(not s.supported for s in built_rows):
-            lowest = built_rows[-1]  # a CPU below the project's floor: no kernel for it, by design
+        lowest = statuses[-1] if statuses else None  # the arch's lowest variant: the baseline, or a declared floor
+        if lowest is not None and lowest.built and not lowest.supported and forced is None:
+            # a CPU below the project's floor: no kernel for it, by design (a baseline runs everywhere)
             raise NoVariantError(
                 f"no variant for this CPU: {package} needs at least {lowest.name!r}, and this CPU lacks "
                 f"{', '.join(lowest.missing)}", missing=list(lowest.missing), variants=tuple(statuses))
