@@ -40,14 +40,14 @@ class SkipRule:
     applies: Callable[[dict[str, Any]], bool] = lambda params: True
 
 
-def _vector_lanes(dtype: torch.dtype) -> int:
-    # vLLM's rms_norm walks the row in whole vectors of its CPU vector type
-    # (FP32Vec8 / BF16Vec16 ...) and TORCH_CHECKs hidden_size % lanes == 0.
-    return 8 if dtype == torch.float32 else 16
+# vLLM's rms_norm walks a row in whole vectors of vec_op::vec_t<scalar_t>
+# (FP32Vec8 / FP16Vec8 / BF16Vec8 on x86 and Arm: 8 lanes for every dtype) and
+# TORCH_CHECKs hidden_size % VEC_ELEM_NUM == 0.
+RMS_NORM_LANES = 8
 
 
 def _rejected_hidden_size(params: dict[str, Any]) -> bool:
-    return int(params["hidden_size"]) % _vector_lanes(params["dtype"]) != 0
+    return int(params["hidden_size"]) % RMS_NORM_LANES != 0
 
 
 CUDA_ONLY = "CUDA-only op: vLLM's CPU extension does not build {} (csrc/cpu/torch_bindings.cpp has no CPU kernel)"
