@@ -38,7 +38,7 @@ MODEL = "tigerlake"
 # Tiger Lake, as Bochs 2.7 models it, in the features of cpubuild's hardware data
 HAS = {"sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "fma", "f16c", "avx2", "bmi1", "bmi2", "avx512f",
        "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vnni"}
-LACKS = {"avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"}
+LACKS = {"avx_vnni", "avx512_bf16", "avx512_fp16", "avx10_2", "amx_tile", "amx_bf16", "amx_int8", "amx_fp8"}
 FORCED = "avx512bf16"  # built, but needs avx512_bf16
 RAISE_FORCED = "import cpukern; cpukern.selected_isa()"
 

@@ -110,12 +110,13 @@ def test_torch_project_follows_the_contract(tmp_path: Path) -> None:
     assert "torch" in pyproject["build-system"]["requires"]
     matrix = load_matrix(project.matrix_path)
     assert {arch: [v.name for v in matrix.variants_for(arch)] for arch in matrix.arches} == {
-        "x86_64": ["baseline", "avx2", "avx512bf16"], "aarch64": ["neon", "neon_dotprod"]}
+        "x86_64": ["baseline", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx"], "aarch64": ["neon", "neon_dotprod"]}
+    assert "f16c" in matrix.variant("x86_64", "avx2").requires  # vLLM's code needs it
     files = tree(out)
     for name, data in files.items():
         assert b"{{" not in data.replace(b'{{"error"', b"") and b"{{#" not in data, f"{name}: an unrendered placeholder"
     vec = files["csrc/vec.h"].decode()
-    for variant in ("AVX2", "AVX512BF16", "NEON_DOTPROD"):
+    for variant in ("AVX2", "AVX512", "AVX512VNNI", "AVX512BF16", "AMX", "NEON_DOTPROD"):
         assert f"MY_OPS_VARIANT_{variant}" in vec
     bindings = files["csrc/torch_bindings.cpp"].decode()
     assert "TORCH_LIBRARY(my_ops, m)" in bindings and "rms_norm(Tensor! out" in bindings

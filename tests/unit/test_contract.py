@@ -82,7 +82,8 @@ def test_every_key_given() -> None:
     assert c.tables == {"wheel": {"frontend": "uv"}, "ci": {"cpubuild": "./tools"}, "baremetal": {}}
     assert c.runtime_facts() == {"dist": "dotlib", "package": "dotlib", "env_prefix": "DOT", "kind": "ctypes",
                                  "selftest": "dotlib.selftest --quick 'a b'"}
-    assert set(KEYS) == {"package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "wheel", "ci", "baremetal"}
+    assert set(KEYS) == {"package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "repair-exclude", "wheel", "ci",
+                         "baremetal"}
 
 
 def test_static_and_dynamic_versions() -> None:

@@ -70,7 +70,11 @@ INTEL_CPUID = {
     "amx_int8": (7, 0, "edx", 25),
     "avx_vnni": (7, 1, "eax", 4),
     "avx512_bf16": (7, 1, "eax", 5),
+    "avx10_2": (7, 1, "edx", 19),  # AVX10 (any version); the version check is below
+    "amx_fp8": (0x1E, 1, "eax", 4),  # Intel ISE: CPUID.(EAX=1EH,ECX=1):EAX[4]
 }
+# Intel AVX10 architecture spec: CPUID.(EAX=24H,ECX=0):EBX[7:0] is the AVX10 version
+AVX10_VERSION = {"avx10_2": (0x24, 0, "ebx", 8, 2)}
 XCR0_SSE, XCR0_AVX = 1 << 1, 1 << 2
 XCR0_YMM = XCR0_SSE | XCR0_AVX  # 0x6: VEX-encoded vector instructions
 XCR0_ZMM = XCR0_YMM | (1 << 5) | (1 << 6) | (1 << 7)  # 0xe6: + opmask, ZMM_Hi256, Hi16_ZMM
@@ -104,7 +108,7 @@ ARCH_NAMES = {
 # Features added with the hardware data (beyond what cpukern's matrix needed before):
 # each must be present and documented above.
 ADDED = ("sse3", "ssse3", "sse4_1", "popcnt", "bmi1", "bmi2", "avx_vnni", "avx512cd", "avx512ifma", "avx512vbmi",
-         "avx512_fp16", "asimdfhm", "sve2")
+         "avx512_fp16", "asimdfhm", "sve2", "amx_fp8", "avx10_2")
 
 
 def test_the_expected_arches_in_order() -> None:
@@ -131,13 +135,14 @@ def test_x86_cpuid_bits_and_xcr0_masks(name: str) -> None:
     assert feature.hwcap is None and feature.hwcap2 is None and feature.sysctl is None
     if name.startswith("amx"):
         assert (feature.xcr0, feature.permission) == (XCR0_TILE, "xtiledata")
-    elif name.startswith("avx512"):
+    elif name.startswith(("avx512", "avx10")):
         assert (feature.xcr0, feature.permission) == (XCR0_ZMM, None)
     elif name in YMM_FEATURES:
         assert (feature.xcr0, feature.permission) == (XCR0_YMM, None)
     else:  # SSE family, POPCNT, BMI: no OS state beyond what every x86-64 OS enables
         assert (feature.xcr0, feature.permission) == (0, None)
     assert feature.cpuinfo_name == X86_CPUINFO.get(name, name)
+    assert feature.version == AVX10_VERSION.get(name)
 
 
 @pytest.mark.parametrize("name", [*ARM64_HWCAP, *ARM64_HWCAP2])
@@ -304,6 +309,7 @@ def test_detection_recipes() -> None:
     assert x86["sse2"].detection() == {"cpuid": [1, 0, "edx", 26]}
     assert x86["avx2"].detection() == {"cpuid": [7, 0, "ebx", 5], "xcr0": 6}
     assert x86["amx_tile"].detection() == {"cpuid": [7, 0, "edx", 24], "xcr0": 0x60000, "permission": "xtiledata"}
+    assert x86["avx10_2"].detection() == {"cpuid": [7, 1, "edx", 19], "version": [0x24, 0, "ebx", 8, 2], "xcr0": 0xe6}
     assert arm["asimd"].detection() == {"hwcap": 1, "sysctl": "hw.optional.neon"}
     assert arm["sve2"].detection() == {"hwcap2": 1}
     assert HW.features["s390x"]["vxe"].detection() == {"hwcap": 13}
@@ -354,6 +360,7 @@ def test_malformed_data_is_refused() -> None:
     assert "macos tag" in _broken(lambda d: d["arch"]["aarch64"].pop("macos"))
     assert "cpuid = [leaf, subleaf, register, bit]" in _broken(setitem(["features", "x86_64", "avx2", "cpuid"], [7, 0, "exx", 5]))
     assert "cpuid = [leaf, subleaf, register, bit]" in _broken(setitem(["features", "x86_64", "avx2", "cpuid"], [7, 0, "ebx", 32]))
+    assert "version = [leaf" in _broken(setitem(["features", "x86_64", "avx10_2", "version"], [0x24, 0, "ebx", 8]))
     assert "unknown permission" in _broken(setitem(["features", "x86_64", "amx_tile", "permission"], "root"))
     assert "hwcap, hwcap2 or sysctl" in _broken(setitem(["features", "aarch64", "sve"], {"cpuid": [1, 0, "ecx", 1]}))
     assert "implies unknown feature 'avx2'" in _broken(setitem(["features", "aarch64", "sve", "implies"], ["avx2"]))

@@ -158,7 +158,7 @@ SKYLAKE_SET = HASWELL_SET | {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx
         (CASCADE_LAKE, "avx512vnni", SKYLAKE_SET | {"avx512_vnni"}),
         (COOPER_LAKE, "avx512bf16", SKYLAKE_SET | {"avx512_vnni", "avx512_bf16"}),
         (ZEN4, "avx512bf16", SKYLAKE_SET | {"avx512ifma", "avx512vbmi", "avx512_vnni", "avx512_bf16"}),
-        (SAPPHIRE_RAPIDS, "amx", set(X86_FEATURES)),
+        (SAPPHIRE_RAPIDS, "amx", set(X86_FEATURES) - {"amx_fp8", "avx10_2"}),
     ],
     ids=lambda x: x.name.split(" (")[0] if isinstance(x, X86Model) else None,
 )
@@ -170,6 +170,31 @@ def test_real_x86_models(model: X86Model, expected: str, features: set[str]) -> 
     assert best("x86_64", report.found) == expected
     # what a real CPU reports is closed under `implies`, as the matrix's requires are
     assert set(hardware().closure("x86_64", report.found)) == features
+
+
+def _with_leaves(model: X86Model, extra: dict[tuple[int, int], tuple[int, int, int, int]]) -> Any:
+    raw = model.raw()
+    return replace(raw, cpuid={**raw.cpuid, **extra})
+
+
+@pytest.mark.parametrize("version, found", [(1, False), (2, True), (3, True)])
+def test_avx10_2_needs_the_avx10_bit_and_version_2(version: int, found: bool) -> None:
+    """Granite Rapids reports AVX10 version 1 (no AVX10.2); a version-2 CPU has it."""
+    raw = _with_leaves(SAPPHIRE_RAPIDS, {(7, 1): (bits(4, 5), 0, 0, bits(19)), (0x24, 0): (0, version, 0, 0)})
+    report = sel.decode_features(X86_FEATURES, raw, permission=Permission(True))
+    assert ("avx10_2" in report.found) is found
+    if not found:
+        assert report.not_found["avx10_2"] == "CPUID reports version 1, not 2 or later"
+    without_bit = _with_leaves(SAPPHIRE_RAPIDS, {(0x24, 0): (0, version, 0, 0)})
+    assert sel.decode_features(X86_FEATURES, without_bit).not_found["avx10_2"] == "CPUID does not report it"
+
+
+def test_amx_fp8_is_read_from_leaf_1e_subleaf_1() -> None:
+    raw = _with_leaves(SAPPHIRE_RAPIDS, {(0x1E, 1): (bits(4), 0, 0, 0)})
+    assert "amx_fp8" in sel.decode_features(X86_FEATURES, raw, permission=Permission(True)).found
+    assert "amx_fp8" in sel.decode_features(X86_FEATURES, SAPPHIRE_RAPIDS.raw(), permission=Permission(True)).not_found
+    refused = sel.decode_features(X86_FEATURES, raw, permission=Permission(False))
+    assert refused.not_found["amx_fp8"] == "the OS refused the xtiledata permission"
 
 
 def test_xcr0_without_avx_state_hides_every_vex_feature() -> None:

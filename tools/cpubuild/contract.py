@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .repairexclude import RepairExclude, parse_repair_exclude
 from .settings import CpubuildSettings, SettingsError, fields_of, read_table
 from .settings import LocatedError as LocatedError
 from .settings import model as settings_model
@@ -79,6 +80,7 @@ class ProjectConfig:
     static_version: str | None  # [project] version, when not dynamic
     tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci, baremetal), as written
     settings: CpubuildSettings = field(hash=False, default_factory=CpubuildSettings)  # all, typed
+    repair_exclude: tuple[RepairExclude, ...] = ()  # libraries the wheel must not carry (repairexclude.py)
 
     @property
     def root(self) -> Path:
@@ -182,6 +184,12 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
     if model.kind == "torch" and "dependencies" not in dynamic:
         raise ContractError(path, "[project] dynamic", "a torch project lists \"dependencies\" there: cpubuild's provider "
                             "pins the torch minor it was built against (the C++ ABI changes between minors), see docs/project.md")
+    deps = project.get("dependencies")
+    static_deps = [str(d) for d in deps] if "dependencies" not in dynamic and isinstance(deps, list) else (
+        [] if "dependencies" not in dynamic else None)
+    excludes, problem = parse_repair_exclude([dict(r) for r in model.repair_exclude] or None, static_deps)
+    if problem:
+        raise ContractError(path, f"[{TABLE}] repair-exclude", problem)
     return ProjectConfig(
         pyproject=path,
         dist_name=dist_name,
@@ -195,6 +203,7 @@ def parse_config(data: dict[str, Any], path: Path) -> ProjectConfig:
         static_version=version if "version" not in dynamic else None,
         tables={key: dict(table.get(key, {})) for key in SUB_TABLES},
         settings=model,
+        repair_exclude=excludes,
     )
 
 

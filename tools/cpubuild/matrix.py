@@ -26,6 +26,7 @@ from typing import Any
 from . import __version__
 from .contract import ContractError, LocatedError, ProjectConfig, load_config
 from .hardware import COMPILER_FAMILIES, OPERATING_SYSTEMS, Arch, Feature, Hardware, hardware
+from .pylimited import project_limited_api
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,12 +41,25 @@ NATIVE_FLAG = re.compile(r"^-m(arch|cpu|tune)=native(\+.*)?$")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\Z")  # \Z: no trailing newline
 # Names the build and the CLI use for other things.
 RESERVED_NAMES = ("all", "native", "probe", "common")
+# a compile definition: NAME or NAME=VALUE
+DEFINITION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$")
+# a library linked by name (-l<name>): numa, gomp, stdc++fs
+LIBRARY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 PRIORITY_STEP = 10  # a variant that extends another and names no priority: the parent's + this
 DOCS = "docs/project.md"
 
 
 class MatrixError(LocatedError):
     """A problem in the matrix file, located by file, item and field."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptionalFlag:
+    """A flag the variant gets only where the compiler accepts it (probed once
+    per compiler at configure time), with the definition that tells the code."""
+
+    flag: str
+    define: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,10 +73,19 @@ class Variant:
     flags: dict[str, tuple[str, ...]] = field(hash=False, compare=True)
     extends: str | None = None
     install_level: str | None = None  # the level of its variant wheel, when the matrix names one (installlevels.py)
+    # build inputs of this variant only (with its parents'), on top of the cpubuild_add_variants() call's
+    sources: tuple[str, ...] = ()  # relative to the call's VARIANT_SOURCE_DIR (default: the project directory)
+    compile_definitions: tuple[str, ...] = ()
+    compile_options: tuple[str, ...] = ()
+    link_libraries: tuple[str, ...] = ()
+    optional_flags: tuple[OptionalFlag, ...] = ()
+    floor: bool = False  # the arch's declared lowest variant ([arch.X] floor): no kernel below it
 
     @property
     def is_baseline(self) -> bool:
-        return not self.requires
+        """The arch's lowest variant, always built: runs on every CPU of the arch,
+        or on every CPU the project supports when the arch declares a floor."""
+        return not self.requires or self.floor
 
     def flags_for(self, family: str) -> tuple[str, ...]:
         if family not in self.flags:
@@ -77,6 +100,10 @@ class Matrix:
     features: dict[str, dict[str, Feature]] = field(hash=False)  # hardware facts of this project's arches
     variants: tuple[Variant, ...]
     audit_allow: tuple[tuple[str, str], ...] = ()  # (symbol, reason): code the project guards itself (docs/audit.md)
+
+    def floor(self, arch: str) -> Variant | None:
+        """The declared lowest variant of an arch that has no baseline variant."""
+        return next((v for v in self.variants_for(arch) if v.floor), None)
 
     def variants_for(self, arch: str) -> list[Variant]:
         """Variants of one arch, lowest priority (the baseline) first."""
@@ -95,10 +122,11 @@ class Matrix:
     def best_for(self, arch: str, features: set[str] | frozenset[str]) -> Variant:
         """The highest-priority variant a CPU with `features` runs."""
         runnable = [v for v in self.variants_for(arch) if set(v.requires) <= features]
-        return runnable[-1] if runnable else self.baseline(arch)
+        return runnable[-1] if runnable else self.baseline(arch)  # below a floor: the floor (it will not run)
 
     def manifest(
-        self, arch: str, built: list[str], library_pattern: str, *, probe: str, project: dict[str, Any]
+        self, arch: str, built: list[str], library_pattern: str, *, probe: str, project: dict[str, Any],
+        optional_flags: dict[str, dict[str, bool]] | None = None,
     ) -> dict[str, Any]:
         """The runtime manifest: what the dispatcher needs and nothing else."""
         # Every variant of the arch is listed, built or not, so the dispatcher
@@ -111,15 +139,19 @@ class Matrix:
                 "description": v.description,
                 "built": v.name in built,
                 "library": library_pattern.format(variant=v.name),
+                # which of its optional flags the build's compiler accepted
+                **({"optional_flags": optional_flags[v.name]} if optional_flags and v.name in optional_flags else {}),
             }
             for v in self.variants_for(arch)
         ]
+        floor = self.floor(arch)
         return {
             "schema": MANIFEST_SCHEMA,
             "cpubuild": __version__,
             **project,
             "arch": arch,
             "probe": probe,
+            **({"floor": floor.name} if floor else {}),
             "features": {n: f.detection() for n, f in self.features.get(arch, {}).items()},
             "variants": variants,
             **({"audit": {"allow": [{"symbol": s, "reason": r} for s, r in self.audit_allow]}} if self.audit_allow else {}),
@@ -187,7 +219,11 @@ def _parse_arch(path: Path, name: str, table: Any, hw: Hardware) -> Arch:
     if canonical != name:
         r.fail(None, f"write the arch as {canonical!r} ({name!r} is an alias)")
     facts = hw.arches[name]
-    r.only(("os", "manylinux", "macos"))
+    r.only(("os", "manylinux", "macos", "floor"))
+    if "floor" in r.table:
+        floor = r.get("floor", str)
+        if not NAME_PATTERN.match(floor):
+            r.fail("floor", f"{floor!r} is not a variant name")
     os_list = r.strings("os", ["linux"], choices=OPERATING_SYSTEMS)
     for os_name in os_list:
         if os_name not in facts.os:
@@ -254,12 +290,72 @@ def _read_flags(r: _Reader, families: tuple[str, ...]) -> dict[str, tuple[str, .
     return out
 
 
+BUILD_INPUT_KEYS = ("sources", "compile-definitions", "compile-options", "link-libraries", "optional-flags")
+
+
+def _with_parent(parent: tuple[Any, ...], own: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (*parent, *(item for item in own if item not in parent))
+
+
+def _read_build_inputs(r: _Reader, parent: Variant | None) -> dict[str, Any]:
+    """A variant's own sources, definitions, options, libraries and optional flags, after its parent's."""
+    sources = r.strings("sources", ())
+    for src in sources:
+        if not src.strip() or src.startswith("/") or "\\" in src or "$" in src:
+            r.fail("sources", f"{src!r} must be a path relative to the cpubuild_add_variants() call's VARIANT_SOURCE_DIR "
+                              f"(default: the project directory), written with '/'")
+    definitions = r.strings("compile-definitions", ())
+    for d in definitions:
+        if not DEFINITION.match(d):
+            r.fail("compile-definitions", f"{d!r} is not NAME or NAME=VALUE (no -D)")
+    options = r.strings("compile-options", ())
+    for opt in options:
+        if not opt.strip():
+            r.fail("compile-options", "has an empty option")
+        if NATIVE_FLAG.match(opt):
+            r.fail("compile-options", f"{opt} tunes the wheel to the build machine; name the ISA explicitly")
+    libraries = r.strings("link-libraries", ())
+    for lib in libraries:
+        if not LIBRARY_NAME.match(lib):
+            r.fail("link-libraries", f"{lib!r} is not a library name (write 'numa' for -lnuma; targets and paths belong "
+                                     f"in the cpubuild_add_variants() call's LINK_LIBRARIES)")
+    optional: list[OptionalFlag] = []
+    for index, item in enumerate(r.get("optional-flags", list, [])):
+        key = f"optional-flags[{index}]"
+        if not isinstance(item, dict):
+            r.fail(key, f"must be a table {{flag = \"-m...\", define = \"NAME\"}}, got {item!r}")
+        unknown = sorted(set(item) - {"flag", "define"})
+        if unknown:
+            r.fail(key, f"unknown key {unknown[0]!r} (allowed: flag, define)")
+        flag, define = item.get("flag"), item.get("define")
+        if not isinstance(flag, str) or not flag.startswith("-") or " " in flag:
+            r.fail(key, f"'flag' must be one compiler flag such as \"-mamx-fp8\", got {flag!r}")
+        if NATIVE_FLAG.match(str(flag)):
+            r.fail(key, f"{flag} tunes the wheel to the build machine; name the ISA explicitly")
+        if define is not None and (not isinstance(define, str) or not DEFINITION.match(define)):
+            r.fail(key, f"'define' must be NAME or NAME=VALUE, got {define!r}")
+        if any(o.flag == flag for o in optional):
+            r.fail("optional-flags", f"names {flag} twice")
+        optional.append(OptionalFlag(flag=str(flag), define=define))
+    inherited = parent or Variant(name="", arch="", priority=0, requires=(), description="", compilers=(), flags={})
+    own_flags = {o.flag for o in optional}
+    return {
+        "sources": _with_parent(inherited.sources, sources),
+        "compile_definitions": _with_parent(inherited.compile_definitions, definitions),
+        "compile_options": _with_parent(inherited.compile_options, options),
+        "link_libraries": _with_parent(inherited.link_libraries, libraries),
+        # a child's entry for a flag replaces the parent's (its define may differ)
+        "optional_flags": (*(o for o in inherited.optional_flags if o.flag not in own_flags), *optional),
+    }
+
+
 def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw: Hardware) -> tuple[Variant, ...]:
     raws: list[_RawVariant] = []
     for index, table in enumerate(raw_list):
         label = table.get("name", f"#{index + 1}") if isinstance(table, dict) else f"#{index + 1}"
         r = _Reader(path, f"variant {label!r}", table)
-        r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags", "install-level"))
+        r.only(("name", "arch", "extends", "priority", "requires", "description", "compilers", "flags", "install-level",
+                *BUILD_INPUT_KEYS))
         name = r.get("name", str)
         if not NAME_PATTERN.fullmatch(name):
             r.fail("name", f"{name!r} must be lower case letters, digits and '_' (it is part of a file name)")
@@ -335,6 +431,7 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
                                         f"{', '.join(install_levels())})")
             elif install_level not in scheme.values:
                 r.fail("install-level", f"unknown {arch_name} level {install_level!r} (known: {', '.join(scheme.values)})")
+        inputs = _read_build_inputs(r, parent)
         variant = Variant(
             name=raw.name,
             arch=arch_name,
@@ -345,6 +442,7 @@ def _parse_variants(path: Path, raw_list: list[Any], arches: dict[str, Arch], hw
             flags={f: flags[f] for f in compilers},
             extends=parent.name if parent else None,
             install_level=install_level,
+            **inputs,
         )
         done[raw.index] = variant
         return variant
@@ -371,6 +469,7 @@ def parse_matrix(data: Any, path: Path | str = "isa_matrix.toml", *, hw: Hardwar
     if not raw_variants:
         top.fail("variant", "declares no variant")
     variants = _parse_variants(path, raw_variants, arches, hw)
+    variants = _mark_floors(path, top.get("arch", dict, {}), variants)
     arches = {name: arches[name] for name in hw.arches if name in arches}  # the hardware data's order
     _check_across(path, arches, variants)
     features = {name: hw.features[name] for name in arches}
@@ -391,6 +490,28 @@ def _parse_audit(path: Path, table: dict[str, Any]) -> tuple[tuple[str, str], ..
             entry.fail("symbol" if not symbol else "reason", "must not be empty")
         entries.append((symbol, reason))
     return tuple(entries)
+
+
+def _mark_floors(path: Path, arch_tables: dict[str, Any], variants: tuple[Variant, ...]) -> tuple[Variant, ...]:
+    """`[arch.X] floor = "avx2"`: that variant is the arch's lowest and no variant runs below it."""
+    out = list(variants)
+    for arch, table in arch_tables.items():
+        floor = table.get("floor") if isinstance(table, dict) else None
+        if floor is None:
+            continue
+        where = f"arch {arch!r}, field 'floor'"
+        mine = [i for i, v in enumerate(out) if v.arch == arch]
+        named = [i for i in mine if out[i].name == floor]
+        if not named:
+            raise MatrixError(path, where, f"no {arch} variant {floor!r} (known: {', '.join(out[i].name for i in mine)})")
+        everywhere = [out[i].name for i in mine if not out[i].requires]
+        if everywhere:
+            raise MatrixError(path, where, f"{everywhere[0]!r} has an empty 'requires' (it runs on every {arch} CPU), so "
+                                           f"there is nothing below {floor!r}: drop the floor, or drop {everywhere[0]!r}")
+        if not out[named[0]].requires:  # pragma: no cover - caught above
+            raise MatrixError(path, where, f"{floor!r} requires nothing")
+        out[named[0]] = replace(out[named[0]], floor=True)
+    return tuple(out)
 
 
 def _check_across(path: Path, arches: dict[str, Arch], variants: tuple[Variant, ...]) -> None:
@@ -418,7 +539,9 @@ def _check_across(path: Path, arches: dict[str, Arch], variants: tuple[Variant, 
                                       f"the baseline must build with every compiler family its arch's variants use; "
                                       f"{v.name!r} builds with {', '.join(lacking)}")
         if not baselines:
-            raise MatrixError(path, f"arch {arch!r}", "has no baseline: exactly one variant needs an empty 'requires' (it runs on every CPU of the arch)")
+            raise MatrixError(path, f"arch {arch!r}", "has no baseline: exactly one variant needs an empty 'requires' (it runs on "
+                                                      "every CPU of the arch), or name the lowest variant with "
+                                                      f"[arch.{arch}] floor = \"<variant>\" to ship no kernel below it")
         if len(baselines) > 1:
             raise MatrixError(path, f"arch {arch!r}", f"has {len(baselines)} baselines ({', '.join(map(repr, baselines))}): exactly one variant may have an empty 'requires'")
         if not mine[0].is_baseline:
@@ -475,10 +598,24 @@ def cmake_variables(matrix: Matrix, config: ProjectConfig, arch: str, family: st
         f"set(CPUBUILD_VARIANTS {_cmake_string(_cmake_list([v.name for v in usable]))})",
         f"set(CPUBUILD_BASELINE_VARIANT {_cmake_string(matrix.baseline(arch).name)})",
         f"set(CPUBUILD_MATRIX_FILE {_cmake_string(matrix.path)})",
+        # abi3 modules (cpubuild_add_variants PYTHON_MODULE): the project's requires-python floor
+        f"set(CPUBUILD_PYTHON_LIMITED_API {_cmake_string(project_limited_api(config.pyproject) or '')})",
     ]
+    base = matrix.baseline(arch)
+    # the probe runs before any check: it gets the arch's lowest ISA, never a floor's flags
+    probe = base.flags.get(family, ()) if not base.floor else (() if family == "apple-clang" else matrix.arches[arch].probe_flags)
+    lines.append(f"set(CPUBUILD_PROBE_FLAGS {_cmake_string(_cmake_list(probe))})")
+    lines.append(f"set(CPUBUILD_FLOOR {_cmake_string(base.name if base.floor else '')})")
     for v in usable:
         lines.append(f"set(CPUBUILD_VARIANT_{v.name}_FLAGS {_cmake_string(_cmake_list(v.flags[family]))})")
         lines.append(f"set(CPUBUILD_VARIANT_{v.name}_PRIORITY {v.priority})")
+        for key, items in (("SOURCES", v.sources), ("DEFINITIONS", v.compile_definitions),
+                           ("OPTIONS", v.compile_options), ("LIBRARIES", v.link_libraries)):
+            lines.append(f"set(CPUBUILD_VARIANT_{v.name}_{key} {_cmake_string(_cmake_list(items))})")
+        lines.append(f"set(CPUBUILD_VARIANT_{v.name}_OPTIONAL_COUNT {len(v.optional_flags)})")
+        for i, opt in enumerate(v.optional_flags):
+            lines.append(f"set(CPUBUILD_VARIANT_{v.name}_OPTIONAL_{i}_FLAG {_cmake_string(opt.flag)})")
+            lines.append(f"set(CPUBUILD_VARIANT_{v.name}_OPTIONAL_{i}_DEFINE {_cmake_string(opt.define or '')})")
     return "\n".join(lines) + "\n"
 
 
@@ -486,6 +623,15 @@ def _write_if_changed(out: Path, text: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.exists() or out.read_text(encoding="utf-8") != text:  # keep mtimes stable for rebuilds
         out.write_text(text, encoding="utf-8")
+
+
+def _optional_results(items: list[str]) -> dict[str, dict[str, bool]]:
+    """`variant:1:-mamx-fp8` entries (from the CMake probe) -> {variant: {flag: accepted}}."""
+    out: dict[str, dict[str, bool]] = {}
+    for item in items:
+        variant, accepted, flag = item.split(":", 2)
+        out.setdefault(variant, {})[flag] = accepted == "1"
+    return out
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -502,6 +648,8 @@ def _main(argv: list[str] | None = None) -> int:
     p_man.add_argument("--library", required=True, help="library file name with {variant}")
     p_man.add_argument("--probe", required=True, help="the probe library's file name")
     p_man.add_argument("--torch", default="", help="torch projects: the torch version the libraries are built against")
+    p_man.add_argument("--optional-flag", action="append", default=[], metavar="VARIANT:0|1:FLAG",
+                       help="an optional flag of a built variant and whether the compiler accepted it")
     p_man.add_argument("--out", required=True)
     sub.add_parser("check", help="validate the project's matrix")
     args = parser.parse_args(argv)
@@ -533,7 +681,8 @@ def _main(argv: list[str] | None = None) -> int:
     elif args.command == "manifest":
         built = [v for v in re.split(r"[;,]", args.variants) if v]
         facts = {**config.runtime_facts(), **({"torch": args.torch} if args.torch else {})}
-        data = matrix.manifest(arch, built, args.library, probe=args.probe, project=facts)
+        data = matrix.manifest(arch, built, args.library, probe=args.probe, project=facts,
+                               optional_flags=_optional_results(args.optional_flag))
         _write_if_changed(Path(args.out), json.dumps(data, indent=1) + "\n")  # deterministic: built in a fixed order
     else:
         print(f"{matrix.path}: ok ({len(matrix.variants)} variants)")

@@ -83,9 +83,16 @@ class TorchBuild:
         return aimed[: len("manylinux_")] + "_".join(map(str, _glibc(self.manylinux))) + aimed[aimed.index("_", len("manylinux_X_Y")):]
 
     @property
+    def library_dirs(self) -> tuple[Path, ...]:
+        """Where torch's shared libraries are: the repair step resolves them there, never on the host."""
+        return tuple(d for d in (self.directory / "lib", self.directory.parent / "torch.libs") if d.is_dir())
+
+    @property
     def libraries(self) -> tuple[str, ...]:
         """torch's shared libraries: a wheel loads them from torch, never carries them (auditwheel --exclude)."""
-        return tuple(sorted(p.name for p in (self.directory / "lib").glob("*.so*") if p.is_file()))
+        # torch.libs/: what auditwheel grafted into torch's own wheel (hashed names, libgomp-<hash>.so.1 on some arches)
+        found = [*(self.directory / "lib").glob("*.so*"), *(self.directory.parent / "torch.libs").glob("*.so*")]
+        return tuple(sorted({p.name for p in found if p.is_file()}))
 
 
 def _glibc(tag: str) -> tuple[int, int]:
@@ -121,6 +128,33 @@ def cxx11_abi(directory: Path) -> int:
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}): not a torch installation") from None
     return 1 if any("__cxx11" in n for n in names) else 0
+
+
+_OPENMP = re.compile(r"^lib(gomp|iomp5|omp)\b")
+
+
+def needed(path: Path) -> list[str]:
+    """The DT_NEEDED sonames of a shared library."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with path.open("rb") as f:
+            dynamic = ELFFile(f).get_section_by_name(".dynamic")
+            return [str(t.needed) for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if isinstance(dynamic, DynamicSection) else []  # type: ignore[attr-defined]
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}): not a torch installation") from None
+
+
+def openmp_runtime(directory: Path) -> Path | None:
+    """The OpenMP runtime libtorch_cpu loads (torch's own copy, in lib/ or the
+    wheel's torch.libs/): variants link this file, so the process maps one runtime."""
+    for soname in needed(directory / "lib" / "libtorch_cpu.so"):
+        if _OPENMP.match(soname):
+            for where in (directory / "lib", directory.parent / "torch.libs"):
+                if (where / soname).is_file():
+                    return where / soname
+    return None
 
 
 def installed_version() -> str | None:
@@ -285,11 +319,14 @@ def build_env_pins(torch: TorchBuild | None) -> tuple[str, ...]:
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("abi", "version"):
-        print("usage: python -m cpubuild.torchdist abi|version TORCH_DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("abi", "version", "openmp"):
+        print("usage: python -m cpubuild.torchdist abi|version|openmp TORCH_DIR", file=sys.stderr)
         return 2
     try:
-        print(cxx11_abi(Path(argv[1])) if argv[0] == "abi" else read_version(Path(argv[1])))
+        if argv[0] == "openmp":
+            print(openmp_runtime(Path(argv[1])) or "")
+        else:
+            print(cxx11_abi(Path(argv[1])) if argv[0] == "abi" else read_version(Path(argv[1])))
     except UsageError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .repairexclude import project_requirements
+
 ENV_VERSION = "CPUBUILD_BUILD_VERSION"
 
 # PEP 440 public version with an optional local label (canonical spellings only).
@@ -102,5 +104,6 @@ def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) ->
         if not isinstance(extra, list) or not all(isinstance(d, str) for d in extra):
             raise ValueError("the cpubuild version provider's 'dependencies' setting must be a list of requirements")
         pins = [torch_pin(os.environ)] if project_kind(Path("pyproject.toml")) == "torch" else []
-        result["dependencies"] = [*extra, *pins]
+        provided = project_requirements(Path("pyproject.toml"))  # what repair-exclude's libraries come from
+        result["dependencies"] = [*extra, *pins, *(r for r in provided if r not in extra)]
     return result

@@ -1,15 +1,24 @@
 // One SIMD vector of float lanes for the variant being compiled: the kernels
 // in layernorm.cpp and activation.cpp are written once against `Vec` and
 // compiled once per variant of isa_matrix.toml (cpubuild passes the variant's
-// flags and -DTORCH_OPS_VARIANT_<NAME>=1). A baseline build has no Vec
-// (TORCH_OPS_HAVE_VEC is 0): the scalar loops do all the work.
+// flags and -DTORCH_OPS_VARIANT_<NAME>=1). On x86 the code path follows the
+// flags (the compiler's __AVX2__, __AVX512BF16__ ...), so every variant of the
+// ladder gets the best path its flags allow: avx512 and avx512vnni compile the
+// AVX2 code for AVX-512, avx512bf16 and amx the AVX-512 BF16 code. A baseline
+// build has no Vec (TORCH_OPS_HAVE_VEC is 0): the scalar loops do all the work.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#if defined(TORCH_OPS_VARIANT_AVX512BF16) || defined(TORCH_OPS_VARIANT_AVX2)
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define TORCH_OPS_X86_AVX512BF16 1  // TORCH_OPS_VARIANT_AVX512BF16, TORCH_OPS_VARIANT_AMX
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TORCH_OPS_X86_AVX2 1  // TORCH_OPS_VARIANT_AVX2, TORCH_OPS_VARIANT_AVX512, TORCH_OPS_VARIANT_AVX512VNNI
+#endif
+
+#if defined(TORCH_OPS_X86_AVX512BF16) || defined(TORCH_OPS_X86_AVX2)
 #include <immintrin.h>
 #elif defined(TORCH_OPS_VARIANT_NEON_DOTPROD)
 #include <arm_neon.h>
@@ -39,7 +48,7 @@ inline bf16 to_bf16(float f) {
 inline void store_as(float* p, float f) { *p = f; }
 inline void store_as(bf16* p, float f) { *p = to_bf16(f); }
 
-#if defined(TORCH_OPS_VARIANT_AVX512BF16)
+#if defined(TORCH_OPS_X86_AVX512BF16)
 #define TORCH_OPS_HAVE_VEC 1
 struct Vec {
   static constexpr int N = 16;
@@ -86,7 +95,7 @@ inline float sum_squares_bf16(const bf16* x, std::int64_t n, std::int64_t* done)
   return _mm512_reduce_add_ps(acc);
 }
 
-#elif defined(TORCH_OPS_VARIANT_AVX2)
+#elif defined(TORCH_OPS_X86_AVX2)
 #define TORCH_OPS_HAVE_VEC 1
 struct Vec {
   static constexpr int N = 8;

@@ -8,13 +8,19 @@
 #     [INCLUDE_DIRECTORIES <dir>...] [COMPILE_OPTIONS <opt>...] [COMPILE_DEFINITIONS <def>...]
 #     [LINK_LIBRARIES <lib>...] [LINK_OPTIONS <opt>...]
 #     [PACKAGE_DIR <dir>]            # install destination (default: [tool.cpubuild] package)
+#     [VARIANT_SOURCE_DIR <dir>]     # where the matrix's per-variant `sources` are (default: the project directory)
 #     [UNITY]                        # each variant's SOURCES as one translation unit
+#     [PRECOMPILE_HEADERS <hdr>...]  # precompiled once per variant (its flags), e.g. <torch/all.h>; ccache-friendly
+#     [PYTHON_MODULE]                # each variant is an abi3 extension module: _<name>_<variant>.abi3.so,
+#                                    # -DPy_LIMITED_API from [project] requires-python
 #     [TARGETS_VAR <var>])           # receives the variant targets
 #
 # The variants, their flags and the features they need come from the
 # project's isa_matrix.toml and cpubuild's hardware data, through
 # `python -m cpubuild.matrix` (standard library only). Each variant becomes
-# a MODULE library `_<name>_<variant>.so` compiled with -D<PREFIX>_VARIANT_<VARIANT>=1
+# a MODULE library `_<name>_<variant>.so` (SOURCES plus the variant's own
+# matrix `sources`, `compile-definitions`, `compile-options`, `link-libraries`
+# and the `optional-flags` its compiler accepts) compiled with -D<PREFIX>_VARIANT_<VARIANT>=1
 # and -D<PREFIX>_VARIANT_NAME="<variant>"; a probe compiled for the baseline
 # (`_<name>_probe.so`), the manifest (`_manifest.json`) and cpubuild's runtime
 # dispatcher (`_cpubuild/`) are installed next to them. docs/project.md.
@@ -117,7 +123,8 @@ message(STATUS "cpubuild: ${CPUBUILD_PACKAGE} for ${CPUBUILD_ARCH} with ${CPUBUI
 # default: the torch of the build's Python.
 if(CPUBUILD_KIND STREQUAL "torch")
   if(NOT CPUBUILD_TORCH_DIR)
-    _cpubuild_python(found -c "import importlib.util, os; s = importlib.util.find_spec('torch'); print(os.path.dirname(s.origin) if s and s.origin else '')")
+    # no ';' in the code: ARGN is a CMake list and would split it there
+    _cpubuild_python(found -c "print(__import__('os').path.dirname(getattr(__import__('importlib.util').util.find_spec('torch'), 'origin', None) or ''))")
     string(STRIP "${found}" found)
     if(NOT found)
       message(FATAL_ERROR "cpubuild: ${CPUBUILD_PACKAGE} is a torch project ([tool.cpubuild] kind = torch), but the build's Python (${Python_EXECUTABLE}) has no torch: add torch to build-system.requires")
@@ -137,6 +144,31 @@ if(CPUBUILD_KIND STREQUAL "torch")
     INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${CPUBUILD_TORCH_CXX11_ABI}"
     INTERFACE_LINK_LIBRARIES "${CPUBUILD_TORCH_DIR}/lib/libtorch_cpu.so;${CPUBUILD_TORCH_DIR}/lib/libc10.so")
   message(STATUS "cpubuild: torch ${CPUBUILD_TORCH_VERSION} from ${CPUBUILD_TORCH_DIR} (C++11 ABI ${CPUBUILD_TORCH_CXX11_ABI})")
+  # Python's headers too: torch extensions that are Python modules (vLLM's
+  # core/registration.h) include Python.h. Headers only: nothing links libpython.
+  if(NOT Python_INCLUDE_DIRS)
+    find_package(Python COMPONENTS Interpreter Development.Module QUIET)
+  endif()
+  if(Python_INCLUDE_DIRS)
+    set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${Python_INCLUDE_DIRS})
+  else()
+    message(STATUS "cpubuild: no Python headers for ${Python_EXECUTABLE}: sources that include Python.h will not compile")
+  endif()
+  # OpenMP: one runtime per process. Variants compile with -fopenmp but link
+  # torch's own libgomp file (the one libtorch_cpu needs, same soname), never
+  # the compiler's: `import torch` has loaded it, and the wheel does not carry it.
+  option(CPUBUILD_OPENMP "torch projects: compile variants with OpenMP on torch's own runtime" ON)
+  if(CPUBUILD_OPENMP AND CPUBUILD_COMPILER_FAMILY STREQUAL "gcc")
+    _cpubuild_python(_omp -m cpubuild.torchdist openmp "${CPUBUILD_TORCH_DIR}")
+    string(STRIP "${_omp}" CPUBUILD_TORCH_OPENMP)
+    if(CPUBUILD_TORCH_OPENMP)
+      set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_COMPILE_OPTIONS -fopenmp)
+      set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_LINK_LIBRARIES "${CPUBUILD_TORCH_OPENMP}")
+      message(STATUS "cpubuild: OpenMP from torch: ${CPUBUILD_TORCH_OPENMP}")
+    else()
+      message(STATUS "cpubuild: torch's libtorch_cpu needs no OpenMP runtime: variants build without OpenMP")
+    endif()
+  endif()
 endif()
 
 if(APPLE)
@@ -158,6 +190,14 @@ endif()
 # target policy allows; it is force-included everywhere. gcc 12 calls _Float16
 # helpers (__extendhfsf2@GCC_12.0.0) on CPUs without F16C: link them from the
 # static libgcc.a (hidden there) so no GCC_12 symbol version is imported.
+# torch's and Python's headers live in the build's venv: their paths (in
+# __FILE__ of TORCH_CHECK and friends) must not reach the binaries either.
+if(CPUBUILD_KIND STREQUAL "torch")
+  list(APPEND CPUBUILD_COMMON_FLAGS "-ffile-prefix-map=${CPUBUILD_TORCH_DIR}=torch")
+  foreach(dir IN LISTS Python_INCLUDE_DIRS)
+    list(APPEND CPUBUILD_COMMON_FLAGS "-ffile-prefix-map=${dir}=python")
+  endforeach()
+endif()
 if(CPUBUILD_SYMVER_HEADER)
   list(APPEND CPUBUILD_COMMON_FLAGS "SHELL:-include \"${CPUBUILD_SYMVER_HEADER}\"")
 endif()
@@ -233,10 +273,93 @@ function(_cpubuild_select_variants)
 endfunction()
 _cpubuild_select_variants()
 
+# A variant's optional-flags: each is probed once per compiler (with the
+# variant's own flags, cached by both) and used, with its define, only where
+# the compiler accepts it. The answers go into the manifest.
+function(_cpubuild_probe_optional_flags)
+  set(results "")
+  foreach(v IN LISTS CPUBUILD_BUILD_VARIANTS)
+    set(accepted_flags "")
+    set(accepted_defines "")
+    if(CPUBUILD_VARIANT_${v}_OPTIONAL_COUNT GREATER 0)
+      math(EXPR last "${CPUBUILD_VARIANT_${v}_OPTIONAL_COUNT} - 1")
+      foreach(i RANGE ${last})
+        set(flag "${CPUBUILD_VARIANT_${v}_OPTIONAL_${i}_FLAG}")
+        set(define "${CPUBUILD_VARIANT_${v}_OPTIONAL_${i}_DEFINE}")
+        string(MD5 key "${CMAKE_${_cpubuild_lang}_COMPILER};${CPUBUILD_VARIANT_${v}_FLAGS};${flag}")
+        string(SUBSTRING "${key}" 0 12 key)
+        string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${CPUBUILD_VARIANT_${v}_FLAGS};${flag}")
+        set(CMAKE_REQUIRED_QUIET ON)
+        if(_cpubuild_lang STREQUAL "CXX")
+          check_cxx_source_compiles("int main(){return 0;}" CPUBUILD_OPTIONAL_OK_${v}_${key})
+        else()
+          check_c_source_compiles("int main(void){return 0;}" CPUBUILD_OPTIONAL_OK_${v}_${key})
+        endif()
+        if(CPUBUILD_OPTIONAL_OK_${v}_${key})
+          list(APPEND accepted_flags "${flag}")
+          if(define)
+            list(APPEND accepted_defines "${define}")
+          endif()
+          list(APPEND results "${v}:1:${flag}")
+          message(STATUS "cpubuild: ${v}: optional ${flag} accepted")
+        else()
+          list(APPEND results "${v}:0:${flag}")
+          message(STATUS "cpubuild: ${v}: optional ${flag} rejected by ${CMAKE_${_cpubuild_lang}_COMPILER}")
+        endif()
+      endforeach()
+    endif()
+    set(CPUBUILD_VARIANT_${v}_ACCEPTED_FLAGS "${accepted_flags}" PARENT_SCOPE)
+    set(CPUBUILD_VARIANT_${v}_ACCEPTED_DEFINES "${accepted_defines}" PARENT_SCOPE)
+  endforeach()
+  set(CPUBUILD_OPTIONAL_RESULTS "${results}" PARENT_SCOPE)
+endfunction()
+_cpubuild_probe_optional_flags()
+
+# ------------------------------------------------------------------ third-party dependencies
+# cpubuild_add_dependency(<name> SOURCE_DIR <dir> [VARIANT <variant>] [OPTIONS KEY=VALUE...])
+# A third-party CMake project (a local source directory, e.g. an unpacked
+# sdist: never a download during the build) built once per build, as
+# position-independent code with the flags of the arch's lowest variant (the
+# baseline or the floor; VARIANT may only name that one: its code is linked
+# into every variant), and without install rules (EXCLUDE_FROM_ALL). Link its
+# targets through cpubuild_add_variants(... LINK_LIBRARIES <its targets>).
+# OPTIONS set its cache options (e.g. DNNL_LIBRARY_TYPE=STATIC) before it is added.
+function(cpubuild_add_dependency name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "SOURCE_DIR;VARIANT" "OPTIONS")
+  if(arg_UNPARSED_ARGUMENTS OR NOT arg_SOURCE_DIR)
+    message(FATAL_ERROR "cpubuild_add_dependency(${name}): usage: SOURCE_DIR <dir> [VARIANT <variant>] [OPTIONS KEY=VALUE...]")
+  endif()
+  get_filename_component(source "${arg_SOURCE_DIR}" ABSOLUTE)
+  if(NOT EXISTS "${source}/CMakeLists.txt")
+    message(FATAL_ERROR "cpubuild_add_dependency(${name}): ${source} holds no CMakeLists.txt")
+  endif()
+  set(variant "${CPUBUILD_BASELINE_VARIANT}")
+  if(arg_VARIANT AND NOT arg_VARIANT STREQUAL "baseline")
+    if(NOT arg_VARIANT STREQUAL CPUBUILD_BASELINE_VARIANT)
+      message(FATAL_ERROR "cpubuild_add_dependency(${name}): VARIANT ${arg_VARIANT}: a dependency linked into every variant "
+                          "is built with the lowest one's flags (${CPUBUILD_BASELINE_VARIANT}); a higher variant's code would "
+                          "run on CPUs below it")
+    endif()
+  endif()
+  foreach(option IN LISTS arg_OPTIONS)
+    if(NOT option MATCHES "^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+      message(FATAL_ERROR "cpubuild_add_dependency(${name}): OPTIONS entry '${option}' is not KEY=VALUE")
+    endif()
+    set(${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+  endforeach()
+  set(CMAKE_POLICY_DEFAULT_CMP0077 NEW)  # option() honours the variables above
+  set(CMAKE_POSITION_INDEPENDENT_CODE ON)  # linked into shared variant libraries
+  string(REPLACE ";" " " flags "${CPUBUILD_VARIANT_${variant}_FLAGS}")
+  set(CMAKE_C_FLAGS "${CMAKE_C_FLAGS} ${flags} -ffile-prefix-map=${source}=${name}")
+  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${flags} -ffile-prefix-map=${source}=${name}")
+  add_subdirectory("${source}" "${CMAKE_BINARY_DIR}/cpubuild-deps/${name}" EXCLUDE_FROM_ALL)
+  message(STATUS "cpubuild: dependency ${name} from ${source}, built once with ${variant}'s flags")
+endfunction()
+
 # ------------------------------------------------------------------ the call
 function(cpubuild_add_variants name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY" "PACKAGE_DIR;TARGETS_VAR"
-    "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY;PYTHON_MODULE" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
+    "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS;PRECOMPILE_HEADERS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "cpubuild_add_variants(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -255,24 +378,71 @@ function(cpubuild_add_variants name)
   if(arg_PACKAGE_DIR)
     set(dest "${arg_PACKAGE_DIR}")
   endif()
-  set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})
+  set(base_flags ${CPUBUILD_VARIANT_${CPUBUILD_BASELINE_VARIANT}_FLAGS})  # the floor's, when the arch declares one
+  set(variant_source_dir "${CPUBUILD_PROJECT_DIR}")  # where the matrix's per-variant `sources` are
+  set(prefix_maps "")
+  if(arg_VARIANT_SOURCE_DIR)
+    get_filename_component(variant_source_dir "${arg_VARIANT_SOURCE_DIR}" ABSOLUTE)
+    list(APPEND prefix_maps "-ffile-prefix-map=${variant_source_dir}=src")  # e.g. an unpacked sdist outside the project
+  endif()
+  # sources and include directories outside the project (an unpacked sdist in a cache): relative paths in the binaries
+  foreach(item IN LISTS arg_SOURCES arg_COMMON_SOURCES arg_BASELINE_SOURCES arg_INCLUDE_DIRECTORIES)
+    if(item MATCHES "^\\$<")
+      continue()  # a generator expression
+    endif()
+    get_filename_component(abs "${item}" ABSOLUTE)
+    string(FIND "${abs}" "${CMAKE_SOURCE_DIR}/" in_source)
+    string(FIND "${abs}" "${CMAKE_BINARY_DIR}/" in_build)
+    if(NOT in_source EQUAL 0 AND NOT in_build EQUAL 0)
+      get_filename_component(dir "${abs}" DIRECTORY)
+      if(IS_DIRECTORY "${abs}")
+        set(dir "${abs}")
+      endif()
+      list(APPEND prefix_maps "-ffile-prefix-map=${dir}=external")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES prefix_maps)
   set(gen "${CMAKE_CURRENT_BINARY_DIR}/cpubuild")
+  set(suffix "${CPUBUILD_LIBRARY_SUFFIX}")
+  set(module_definitions "")
+  if(arg_PYTHON_MODULE)
+    if(NOT CPUBUILD_PYTHON_LIMITED_API)
+      message(FATAL_ERROR "cpubuild_add_variants(${name}): PYTHON_MODULE needs [project] requires-python = \">=3.X\" in "
+                          "pyproject.toml (the limited API version comes from it)")
+    endif()
+    set(suffix ".abi3${CPUBUILD_LIBRARY_SUFFIX}")  # the stable-ABI module name CPython and auditwheel know
+    set(module_definitions Py_LIMITED_API=${CPUBUILD_PYTHON_LIMITED_API})
+  endif()
   set(torch "")
   if(CPUBUILD_KIND STREQUAL "torch")
     set(torch cpubuild_torch)  # torch's headers need C++20 since 2.10; earlier ones accept it
   endif()
 
+  # Precompiled headers: one per target (a PCH holds code compiled with that
+  # target's ISA flags). cpubuild's ccache launcher then needs the sloppiness
+  # ccache documents for PCH builds, or every object would miss the cache.
+  set(pch_launcher "")
+  if(arg_PRECOMPILE_HEADERS AND CPUBUILD_CCACHE_PROGRAM
+     AND "${CMAKE_${_cpubuild_lang}_COMPILER_LAUNCHER}" STREQUAL "${CPUBUILD_CCACHE_PROGRAM}")
+    set(pch_launcher "${CMAKE_COMMAND};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;${CPUBUILD_CCACHE_PROGRAM}")
+  endif()
   set(common_objects "")
   if(arg_COMMON_SOURCES)
     add_library(${name}_common OBJECT ${arg_COMMON_SOURCES})
     target_include_directories(${name}_common PRIVATE ${arg_INCLUDE_DIRECTORIES})
-    target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS})
-    target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${base_flags})
+    target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS} ${module_definitions})
+    target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${base_flags})
     target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES} ${torch})
     set_target_properties(${name}_common PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
                           CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF)
     if(torch)
       set_target_properties(${name}_common PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
+    endif()
+    if(arg_PRECOMPILE_HEADERS)
+      target_precompile_headers(${name}_common PRIVATE ${arg_PRECOMPILE_HEADERS})
+      if(pch_launcher)
+        set_target_properties(${name}_common PROPERTIES ${_cpubuild_lang}_COMPILER_LAUNCHER "${pch_launcher}")
+      endif()
     endif()
     set(common_objects $<TARGET_OBJECTS:${name}_common>)
   endif()
@@ -292,25 +462,38 @@ function(cpubuild_add_variants name)
     if(NOT old STREQUAL text)
       file(WRITE "${marker}" "${text}")
     endif()
-    set(sources ${arg_SOURCES} "${marker}" ${common_objects})
+    set(own_sources ${CPUBUILD_VARIANT_${variant}_SOURCES})
+    list(TRANSFORM own_sources PREPEND "${variant_source_dir}/")
+    set_source_files_properties("${marker}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+    set(sources ${arg_SOURCES} ${own_sources} "${marker}" ${common_objects})
     if(variant STREQUAL CPUBUILD_BASELINE_VARIANT)
       list(APPEND sources ${arg_BASELINE_SOURCES})
     endif()
     add_library(${target} MODULE ${sources})
     target_include_directories(${target} PRIVATE ${arg_INCLUDE_DIRECTORIES})
-    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS}
+    # the call's inputs, then the matrix's for this variant (with its parents'), then its accepted optional flags
+    target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS} ${module_definitions} ${CPUBUILD_VARIANT_${variant}_DEFINITIONS}
+                               ${CPUBUILD_VARIANT_${variant}_ACCEPTED_DEFINES}
                                ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
-    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
+    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
+                           ${CPUBUILD_VARIANT_${variant}_FLAGS} ${CPUBUILD_VARIANT_${variant}_ACCEPTED_FLAGS})
     target_link_options(${target} PRIVATE ${CPUBUILD_LINK_FLAGS} ${arg_LINK_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
-    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${torch} ${CPUBUILD_SYSTEM_LIBRARIES})
+    target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${CPUBUILD_VARIANT_${variant}_LIBRARIES} ${torch}
+                          ${CPUBUILD_SYSTEM_LIBRARIES})
     if(torch)
       set_target_properties(${target} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
     endif()
     # UNITY: all of a variant's SOURCES in one batch (the intrinsics headers are parsed once)
-    set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
+    set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${suffix}"
                           POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
                           VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF
                           UNITY_BUILD ${arg_UNITY} UNITY_BUILD_BATCH_SIZE 0)
+    if(arg_PRECOMPILE_HEADERS)
+      target_precompile_headers(${target} PRIVATE ${arg_PRECOMPILE_HEADERS})
+      if(pch_launcher)
+        set_target_properties(${target} PROPERTIES ${_cpubuild_lang}_COMPILER_LAUNCHER "${pch_launcher}")
+      endif()
+    endif()
     install(TARGETS ${target} LIBRARY DESTINATION "${dest}")
     list(APPEND targets ${target})
   endforeach()
@@ -322,7 +505,7 @@ function(cpubuild_add_variants name)
   # The probe: C, baseline flags only, no LTO, nothing else linked in (a
   # link-time-optimised probe once made ggml SIGILL before its check ran).
   add_library(${name}_probe MODULE "${CPUBUILD_RUNTIME_DIR}/probe.c")
-  target_compile_options(${name}_probe PRIVATE ${CPUBUILD_COMMON_FLAGS} ${base_flags})
+  target_compile_options(${name}_probe PRIVATE ${CPUBUILD_COMMON_FLAGS} ${CPUBUILD_PROBE_FLAGS})
   target_link_options(${name}_probe PRIVATE ${CPUBUILD_LINK_FLAGS})
   set_target_properties(${name}_probe PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_probe" SUFFIX "${CPUBUILD_LIBRARY_SUFFIX}"
                         C_VISIBILITY_PRESET hidden INTERPROCEDURAL_OPTIMIZATION OFF)
@@ -333,9 +516,13 @@ function(cpubuild_add_variants name)
   if(torch)
     set(torch_version --torch "${CPUBUILD_TORCH_VERSION}")
   endif()
+  set(optional "")
+  foreach(result IN LISTS CPUBUILD_OPTIONAL_RESULTS)
+    list(APPEND optional --optional-flag "${result}")
+  endforeach()
   _cpubuild_python(_ -m cpubuild.matrix --project "${CPUBUILD_PROJECT_DIR}"
-                   manifest --arch "${CPUBUILD_ARCH}" --variants "${built}"
-                   --library "_${name}_{variant}${CPUBUILD_LIBRARY_SUFFIX}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
+                   manifest --arch "${CPUBUILD_ARCH}" --variants "${built}" ${optional}
+                   --library "_${name}_{variant}${suffix}" --probe "_${name}_probe${CPUBUILD_LIBRARY_SUFFIX}"
                    ${torch_version} --out "${gen}/_manifest.json")
   install(FILES "${gen}/_manifest.json" DESTINATION "${dest}")
   install(DIRECTORY "${CPUBUILD_RUNTIME_DIR}/" DESTINATION "${dest}/_cpubuild"

@@ -27,7 +27,7 @@ from ..project import VERSION_PROVIDER, Project, find_project
 from ..runtime.select import lacking
 from ..settings import SettingsError
 from ..toolchain.tools import ToolStatus, apt_fix, check, find_tool, tool_origin
-from ..wheelbuild import frontend
+from ..wheelbuild import frontend, syslibs
 from ..wheelbuild.options import FRONTENDS, layer_options
 from ..wheelbuild.report import dump_json
 
@@ -149,6 +149,7 @@ def build_checks(matrix: Matrix, host: Host) -> list[Check]:
         checks.append(from_status("build", check(req)))
     for name in (f for f in FRONTENDS if f != "auto"):
         checks.append(from_status("build", check(frontend.requirement(name)), required=name == "build"))
+    checks += [from_status("build", status) for status in syslibs.library_statuses(matrix, host.arch)]
     return checks
 
 

@@ -51,6 +51,9 @@ class Arch:
     manylinux: str
     cpuinfo: str
     macos: str | None = None
+    # gcc/clang flags of the arch's lowest ISA: the probe of a project whose
+    # matrix declares a floor (no baseline variant) is built with these
+    probe_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +63,9 @@ class Feature:
     name: str
     arch: str
     cpuid: tuple[int, int, str, int] | None = None
+    # [leaf, subleaf, register, width, minimum]: the register's low `width` bits
+    # must read at least `minimum` (AVX10 reports its version, not a bit per level)
+    version: tuple[int, int, str, int, int] | None = None
     xcr0: int = 0
     permission: str | None = None
     hwcap: int | None = None
@@ -78,6 +84,8 @@ class Feature:
         spec: dict[str, Any] = {}
         if self.cpuid is not None:
             spec["cpuid"] = list(self.cpuid)
+        if self.version is not None:
+            spec["version"] = list(self.version)
         for key in ("xcr0", "permission", "hwcap", "hwcap2", "sysctl"):
             value = getattr(self, key)
             if value not in (None, 0):
@@ -161,7 +169,7 @@ def _fail(where: str, problem: str) -> HardwareDataError:
 
 
 def _arch(name: str, raw: dict[str, Any]) -> Arch:
-    known = {"aliases", "os", "compilers", "triplet", "debian_arch", "qemu", "docker_platform", "manylinux", "cpuinfo", "macos"}
+    known = {"aliases", "os", "compilers", "triplet", "debian_arch", "qemu", "docker_platform", "manylinux", "cpuinfo", "macos", "probe_flags"}
     if set(raw) - known:
         raise _fail(f"arch {name}", f"unknown keys {sorted(set(raw) - known)}")
     if not set(raw["compilers"]) <= set(COMPILER_FAMILIES) or not set(raw["os"]) <= set(OPERATING_SYSTEMS):
@@ -180,26 +188,32 @@ def _arch(name: str, raw: dict[str, Any]) -> Arch:
         manylinux=raw["manylinux"],
         cpuinfo=raw["cpuinfo"],
         macos=raw.get("macos"),
+        probe_flags=tuple(raw.get("probe_flags", ())),
     )
 
 
 def _feature(arch: str, name: str, raw: dict[str, Any]) -> Feature:
     where = f"feature {name} ({arch})"
-    known = {"cpuid", "xcr0", "permission", "hwcap", "hwcap2", "sysctl", "implies", "cpuinfo"}
+    known = {"cpuid", "version", "xcr0", "permission", "hwcap", "hwcap2", "sysctl", "implies", "cpuinfo"}
     if set(raw) - known or not NAME_PATTERN.fullmatch(name):
         raise _fail(where, "bad name or unknown keys")
     cpuid = raw.get("cpuid")
     if arch == "x86_64":
         if not (isinstance(cpuid, list) and len(cpuid) == 4 and cpuid[2] in CPUID_REGISTERS and 0 <= cpuid[3] < 32):
             raise _fail(where, "x86_64 features need cpuid = [leaf, subleaf, register, bit]")
+        version = raw.get("version")
+        if version is not None and not (isinstance(version, list) and len(version) == 5 and version[2] in CPUID_REGISTERS
+                                        and 0 < version[3] <= 32 and version[4] > 0):
+            raise _fail(where, "version = [leaf, subleaf, register, width, minimum]")
         if raw.get("permission") not in (None, *PERMISSIONS):
             raise _fail(where, f"unknown permission {raw['permission']!r}")
-    elif cpuid is not None or not ({"hwcap", "hwcap2", "sysctl"} & set(raw)):
+    elif cpuid is not None or "version" in raw or not ({"hwcap", "hwcap2", "sysctl"} & set(raw)):
         raise _fail(where, "non-x86 features are detected by hwcap, hwcap2 or sysctl")
     return Feature(
         name=name,
         arch=arch,
         cpuid=(int(cpuid[0]), int(cpuid[1]), str(cpuid[2]), int(cpuid[3])) if cpuid else None,
+        version=_version(raw.get("version")),
         xcr0=int(raw.get("xcr0", 0)),
         permission=raw.get("permission"),
         hwcap=raw.get("hwcap"),
@@ -208,6 +222,10 @@ def _feature(arch: str, name: str, raw: dict[str, Any]) -> Feature:
         implies=tuple(raw.get("implies", ())),
         cpuinfo=raw.get("cpuinfo"),
     )
+
+
+def _version(raw: Any) -> tuple[int, int, str, int, int] | None:
+    return None if raw is None else (int(raw[0]), int(raw[1]), str(raw[2]), int(raw[3]), int(raw[4]))
 
 
 def parse_hardware(data: dict[str, Any]) -> Hardware:

@@ -21,7 +21,7 @@ from ..cmake import CMAKE_DIR, TOOLCHAINS
 from ..errors import ToolMissingError
 from ..hardware import Arch
 from ..toolchain.compilers import identify
-from ..toolchain.repair import Repaired, repair_linux
+from ..toolchain.repair import Repaired, excluded_sonames, repair_linux
 from ..toolchain.tools import Requirement, apt_fix
 from . import BuildSetup, Host, Log, Toolchain
 from .linux_native import common_requirements, linux_setup
@@ -116,7 +116,8 @@ class LinuxCross:
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
         return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan.target),
-                            exclude=plan.torch.libraries if plan.torch else ())
+                            exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()),
+                            lookup_first=plan.torch.library_dirs if plan.torch else ())
 
 
 PLATFORM = LinuxCross()

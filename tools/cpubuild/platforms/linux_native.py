@@ -13,7 +13,7 @@ from ..cache import cache_dir
 from ..hardware import Arch
 from ..toolchain import glibc
 from ..toolchain.compilers import identify
-from ..toolchain.repair import Repaired, repair_linux
+from ..toolchain.repair import Repaired, excluded_sonames, repair_linux
 from ..toolchain.tools import Requirement, apt_fix, pip_fix
 from . import BuildSetup, Host, Log, Toolchain
 
@@ -85,7 +85,8 @@ class LinuxNative:
         return linux_setup(plan, toolchain, log)
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
-        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, exclude=plan.torch.libraries if plan.torch else ())
+        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()),
+                            lookup_first=plan.torch.library_dirs if plan.torch else ())
 
 
 PLATFORM = LinuxNative()

@@ -54,7 +54,7 @@ def read_probe(lib: ctypes.CDLL, specs: Iterable[Mapping[str, Any]]) -> RawProbe
     if hasattr(lib, "cpubuild_probe_cpuid"):
         lib.cpubuild_probe_cpuid.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)]
         lib.cpubuild_probe_cpuid.restype = ctypes.c_int
-        leaves = {(int(s["cpuid"][0]), int(s["cpuid"][1])) for s in specs if "cpuid" in s}
+        leaves = {(int(s[key][0]), int(s[key][1])) for s in specs for key in ("cpuid", "version") if key in s}
         cpuid: dict[tuple[int, int], tuple[int, int, int, int]] = {}
         for leaf, sub in sorted(leaves):
             regs = (ctypes.c_uint32 * 4)()

@@ -30,7 +30,13 @@ class UnknownISAError(DispatchError):
 
 
 class NoVariantError(DispatchError):
-    """The package holds no variant this CPU can run (a broken install)."""
+    """The package holds no variant this CPU can run: a CPU below the project's
+    floor (`missing` names what the lowest built variant needs), or a broken install."""
+
+    def __init__(self, message: str, *, missing: list[str] | None = None, variants: tuple[object, ...] = ()) -> None:
+        self.missing = list(missing or [])
+        self.variants = variants  # the selection's VariantStatus rows, for reports
+        super().__init__(message)
 
 
 class ManifestError(ImportError):

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .dispatch import DISPATCHER, Dispatcher
-from .errors import DispatchError
-from .select import Selection, env_names, select_variant
+from .errors import DispatchError, NoVariantError
+from .select import Selection, VariantStatus, env_names, select_variant
 
 Extra = Mapping[str, Callable[[], Any]]
 RenderExtra = Callable[[dict[str, Any]], list[str]]
@@ -80,6 +80,9 @@ def _unforced_rows(dispatcher: Dispatcher, found: tuple[str, ...]) -> list[dict[
     try:
         sel = select_variant(dispatcher.variants(), found, built=dispatcher.built_variants(),
                              env_prefix=dispatcher.env_prefix, package=dispatcher.package)
+    except NoVariantError as exc:  # below the floor: still say what each variant lacks
+        rows = [s for s in exc.variants if isinstance(s, VariantStatus)]
+        return _variant_rows(Selection(selected="", override=None, disabled=(), variants=tuple(rows)), selected=None)
     except DispatchError:
         return []
     return _variant_rows(sel, selected=None)

@@ -75,6 +75,12 @@ def _why_missing(spec: Mapping[str, Any], raw: RawProbe, darwin: bool) -> str | 
         regs = raw.cpuid.get((int(leaf), int(sub)), (0, 0, 0, 0))
         if not (regs[_REGISTERS.index(reg)] >> int(bit)) & 1:
             return "CPUID does not report it"
+        if "version" in spec:
+            vleaf, vsub, vreg, width, minimum = spec["version"]
+            vregs = raw.cpuid.get((int(vleaf), int(vsub)), (0, 0, 0, 0))
+            found = vregs[_REGISTERS.index(vreg)] & ((1 << int(width)) - 1)
+            if found < int(minimum):
+                return f"CPUID reports version {found}, not {minimum} or later"
         need = int(spec.get("xcr0", 0))
         if need:
             if raw.xcr0 is None:
@@ -185,7 +191,13 @@ def select_variant(
             )
         )
     if chosen is None:
+        lowest = statuses[-1] if statuses else None  # the arch's lowest variant: the baseline, or a declared floor
+        if lowest is not None and lowest.built and not lowest.supported and forced is None:
+            # a CPU below the project's floor: no kernel for it, by design (a baseline runs everywhere)
+            raise NoVariantError(
+                f"no variant for this CPU: {package} needs at least {lowest.name!r}, and this CPU lacks "
+                f"{', '.join(lowest.missing)}", missing=list(lowest.missing), variants=tuple(statuses))
         raise NoVariantError(
-            f"no usable {package} variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses)
+            f"no usable {package} variant: " + "; ".join(f"{s.name}: {s.reason}" for s in statuses), variants=tuple(statuses)
         )
     return Selection(selected=chosen, override=forced, disabled=tuple(sorted(off)), variants=tuple(statuses))

@@ -31,6 +31,12 @@ def _default(field: Field) -> Any:
 def _property(field: Field) -> dict[str, Any]:
     if field.kind == "table":
         return table_schema(field.meta["table"], field.help)
+    if field.kind == "records":
+        keys = tuple(field.meta.get("record_keys") or ())
+        item = {"type": "object", "additionalProperties": False,
+                "properties": {k: {"type": "string", "minLength": 1} for k in keys},
+                "required": list(field.meta.get("record_required") or ())}
+        return {"description": field.help, "type": "array", "items": item}
     string: dict[str, Any] = {"type": "string"}
     if field.meta.get("choices"):
         string["enum"] = list(field.meta["choices"])
@@ -101,7 +107,8 @@ def _option_text(field: Field) -> str:
 def _type_text(field: Field) -> str:
     if field.kind == "strs":
         return "list of strings" + (" or comma list" if field.meta.get("comma_list") else "")
-    return {"str": "string", "path": "path", "int": "integer", "bool": "boolean", "table": "table"}[field.kind]
+    return {"str": "string", "path": "path", "int": "integer", "bool": "boolean", "table": "table",
+            "records": "list of tables"}[field.kind]
 
 
 def docs_table(name: str) -> str:

@@ -43,13 +43,15 @@ def setting(
     metavar: str | None = None,
     default_text: str | None = None,
     comma_list: bool = False,
+    record_keys: tuple[str, ...] = (),
+    record_required: tuple[str, ...] = (),
 ) -> Any:
     """A field of a settings table. `problem` (with {value!r}) replaces the generic
     message for any bad value; `flags` overrides the option spelling; `comma_list`:
     a string is also accepted and split at commas (lists only)."""
     meta = {"help": help, "choices": choices, "pattern": pattern, "nonempty": nonempty, "minimum": minimum,
             "problem": problem, "flags": flags, "metavar": metavar, "default_text": default_text,
-            "comma_list": comma_list}
+            "comma_list": comma_list, "record_keys": record_keys, "record_required": record_required}
     if isinstance(default, (list, dict)):
         raise TypeError("mutable defaults: use a tuple")
     return dataclasses.field(default=default, metadata=meta)
@@ -161,6 +163,10 @@ class CpubuildSettings:
     source: str | None = setting(None, "The package's source directory, when not src/<pkg>, python/<pkg> or "
                                  "<pkg>.", nonempty=True,
                                  problem="must be the package's source directory, relative to pyproject.toml")
+    repair_exclude: tuple[dict[str, str], ...] = setting(
+        (), "Shared libraries the wheel must not carry (the repair step leaves them out): {library = soname, "
+            "requires = the requirement that provides it, a Requires-Dist}; torch's own are excluded for torch "
+            "projects without being listed.", record_keys=("library", "requires"), record_required=("library",))
     wheel: WheelSettings = table("Defaults of `cpubuild wheel` (docs/wheels.md).", WheelSettings)
     ci: CiSettings = table("What `cpubuild ci` renders (docs/project.md).", CiSettings)
     baremetal: BaremetalSettings = table("The bare-metal AMX harness (docs/amx.md).", BaremetalSettings)

@@ -22,7 +22,8 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 # annotation text -> kind of value
 KINDS = {"str": "str", "str | None": "str", "int": "int", "int | None": "int", "bool": "bool",
-         "tuple[str, ...]": "strs", "Path": "path", "Path | None": "path"}
+         "tuple[str, ...]": "strs", "Path": "path", "Path | None": "path",
+         "tuple[dict[str, str], ...]": "records"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +31,7 @@ class Field:
     """One setting, as the readers and generators see it."""
 
     name: str  # the dataclass field
-    kind: str  # str, int, bool, strs, path, table
+    kind: str  # str, int, bool, strs, path, table, records (a list of tables of strings)
     default: Any
     meta: Mapping[str, Any]
 
@@ -122,6 +123,23 @@ def check_value(field: Field, value: Any, fail: Any, *, base: Path | None = None
             raise fail(_problem(field, value, "must be a non-empty list of strings"))
         item = dataclasses.replace(field, kind="str", meta={**field.meta, "nonempty": False})
         return tuple(_check_string(item, v, fail) for v in value)
+    if kind == "records":
+        keys, required = tuple(field.meta.get("record_keys") or ()), tuple(field.meta.get("record_required") or ())
+        shape = "{" + ", ".join(f"{k} = \"...\"" for k in keys) + "}"
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, dict) for v in value):
+            raise fail(_problem(field, value, f"must be a list of tables {shape}, got {value!r}"))
+        records = []
+        for index, record in enumerate(value, 1):
+            unknown = [k for k in record if k not in keys]
+            if unknown:
+                raise fail(f"entry {index}: unknown key {shown_key(str(unknown[0]))} (known: {', '.join(keys)})")
+            for key in required:
+                if key not in record:
+                    raise fail(f"entry {index}: `{key}` is required")
+            item = dataclasses.replace(field, kind="str", meta={"nonempty": True})
+            records.append({k: _check_string(item, v, lambda p, k=k, i=index: fail(f"entry {i}: {k} {p}"))
+                            for k, v in record.items()})
+        return tuple(records)
     raise AssertionError(kind)  # pragma: no cover
 
 

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -72,21 +73,26 @@ def auditwheel_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "auditwheel"]
 
 
-def _run(cmd: Sequence[str], log: Log) -> subprocess.CompletedProcess[str]:
+def _run(cmd: Sequence[str], log: Log, lookup_first: Sequence[Path] = ()) -> subprocess.CompletedProcess[str]:
+    env = None
+    if lookup_first:  # searched before the system's directories (and before --ldpaths)
+        env = {**os.environ, "AUDITWHEEL_LD_LIBRARY_PATH": ":".join(str(p) for p in lookup_first)}
+        log(f"$ AUDITWHEEL_LD_LIBRARY_PATH={env['AUDITWHEEL_LD_LIBRARY_PATH']}")
     log("$ " + " ".join(cmd))
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=600, env=env)
     for line in (proc.stdout + proc.stderr).splitlines():
         log(line)
     return proc
 
 
-def audit(wheel: Path, *, log: Log, ldpaths: str | None = None, disable_isa_check: bool = False) -> Audit:
+def audit(wheel: Path, *, log: Log, ldpaths: str | None = None, disable_isa_check: bool = False,
+          lookup_first: Sequence[Path] = ()) -> Audit:
     cmd = [*auditwheel_command(), "show", "--json"]
     if disable_isa_check:
         cmd.append("--disable-isa-ext-check")
     if ldpaths:
         cmd += ["--ldpaths", ldpaths]
-    proc = _run([*cmd, str(wheel)], log)
+    proc = _run([*cmd, str(wheel)], log, lookup_first)
     try:
         data = json.loads(proc.stdout)
     except ValueError:
@@ -172,6 +178,11 @@ def symbols_above(wheel: Path, ceiling: str) -> list[str]:
     return lines
 
 
+def grafted_above(repaired: Path, ceiling: str) -> list[str]:
+    """symbols_above for the libraries auditwheel grafted into a repaired wheel (its `<pkg>.libs/`)."""
+    return [line for line in symbols_above(repaired, ceiling) if ".libs/" in line.split(":", 1)[0]]
+
+
 def flagged_libraries(wheel: Path) -> dict[str, str]:
     """Libraries inside the wheel that declare an x86-64 level above the baseline."""
     with tempfile.TemporaryDirectory(prefix="cpubuild-isa-") as tmp:
@@ -192,6 +203,13 @@ def isa_check_decision(flagged: dict[str, str], guarded: Collection[str]) -> str
     return f"disabled: it flagged only guarded variant libraries ({listing})"
 
 
+def excluded_sonames(project: Path, torch_libraries: Sequence[str] = ()) -> tuple[str, ...]:
+    """What the repair leaves out: torch's libraries and the project's `repair-exclude`."""
+    from ..contract import load_config
+
+    return tuple(dict.fromkeys((*torch_libraries, *(e.library for e in load_config(project).repair_exclude))))
+
+
 def repair_linux(
     wheel: Path,
     dest: Path,
@@ -201,12 +219,15 @@ def repair_linux(
     log: Log,
     ldpaths: str | None = None,
     exclude: Collection[str] = (),
+    lookup_first: Sequence[Path] = (),
 ) -> Repaired:
     """auditwheel repair to the lowest policy the binaries allow, at most `ceiling`.
 
     `guarded`: wheel paths of the variant libraries above the baseline (the
     only files allowed to declare a higher x86-64 level). `exclude`: sonames the
-    wheel must never carry (a torch project's libtorch: `import torch` loads it)."""
+    wheel must never carry (a torch project's libtorch: `import torch` loads it).
+    `lookup_first`: where auditwheel resolves libraries before the system's (a
+    torch project: torch's lib/, so its own libgomp is audited, not the host's)."""
     dest.mkdir(parents=True, exist_ok=True)
 
     def run_repair(disable_isa_check: bool) -> subprocess.CompletedProcess[str]:
@@ -218,7 +239,7 @@ def repair_linux(
             cmd += ["--ldpaths", ldpaths]
         for soname in exclude:
             cmd += ["--exclude", soname]
-        return _run([*cmd, str(wheel)], log)
+        return _run([*cmd, str(wheel)], log, lookup_first)
 
     isa_note = "passed"
     disable = False
@@ -235,21 +256,35 @@ def repair_linux(
             detail = "symbol versions above " + ceiling + ":\n  " + "\n  ".join(offenders[:40]) + "\n" + detail
         raise BuildFailedError("auditwheel repair failed", detail=detail)
     repaired = produced[0]
-    after = audit(repaired, log=log, ldpaths=ldpaths, disable_isa_check=disable)
+    after = audit(repaired, log=log, ldpaths=ldpaths, disable_isa_check=disable, lookup_first=lookup_first)
     platforms = inspect(repaired).platforms
     # `auditwheel show` knows no --exclude: libraries left out on purpose make its
     # overall tag linux_*; then the symbol tag is the wheel's, and nothing else may be external.
     outside = set(after.external_libs) - set(exclude)
     if outside:
         raise BuildFailedError(f"{repaired.name} needs {', '.join(sorted(outside))}, which it does not carry")
-    tag = after.sym_tag if exclude and after.external_libs else after.overall_tag
-    if tag not in platforms:
-        raise BuildFailedError(f"auditwheel show says {tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
+    if exclude and after.external_libs:
+        # auditwheel show resolves the excluded libraries on this host and counts their needs (the host's
+        # libgomp: GLIBC_2.34); the wheel does not carry them, so its tag is what repair --exclude computed
+        tag = next((p for p in platforms if re.match(r"manylinux_\d+_\d+_", p)), after.sym_tag)
+    else:
+        tag = after.overall_tag
+        if tag not in platforms:
+            raise BuildFailedError(f"auditwheel show says {tag} for {repaired.name}, which is not its tag {'.'.join(platforms)}")
     if not policy_at_most(tag, ceiling):
         offenders = symbols_above(wheel, ceiling)
+        grafted = grafted_above(repaired, ceiling)
+        if grafted and not offenders:
+            # the project's code fits; a library auditwheel copied from this host does not (the host's libgomp)
+            names = ", ".join(sorted({g.split(":", 1)[0].rsplit("/", 1)[-1] for g in grafted}))
+            raise BuildFailedError(
+                f"{names}, which auditwheel bundles from this build host, needs {tag}, above {ceiling}, the policy "
+                f"the project aims at: build where that library fits the policy (a manylinux image: cpubuild image), "
+                f"raise [arch] manylinux in isa_matrix.toml, or do not link it",
+                detail="symbol versions above the policy:\n  " + "\n  ".join(grafted[:40]))
         raise BuildFailedError(
             f"the binaries need {tag}, above {ceiling}, the policy the project aims at",
             detail="symbol versions above the policy:\n  " + "\n  ".join(offenders[:40] or ["(none found: see the auditwheel output in the build log)"]),
         )
-    audited = tag if not after.external_libs else f"{tag}, without {', '.join(after.external_libs)} (excluded: loaded from torch)"
+    audited = tag if not after.external_libs else f"{tag}, without {', '.join(after.external_libs)} (excluded: torch's or repair-exclude)"
     return Repaired(wheel=repaired, policy=tag, audited=audited, isa_ext_check=isa_note)

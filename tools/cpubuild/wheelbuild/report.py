@@ -209,13 +209,22 @@ def make_reporter(*, quiet: bool, verbose: bool) -> Reporter:
     return PlainReporter(verbose=verbose)
 
 
+def optional_flags(manifest: Mapping[str, Any] | None) -> dict[str, dict[str, bool]]:
+    """Which optional flags (isa_matrix.toml `optional-flags`) the compiler accepted, per built variant."""
+    rows = (manifest or {}).get("variants", [])
+    return {str(v["name"]): dict(v["optional_flags"]) for v in rows if v.get("built", True) and v.get("optional_flags")}
+
+
 def render_summary(summary: Mapping[str, Any]) -> str:
     wheel = summary["wheel"]
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in summary["stages"].items())
+    optional = "; ".join(f"{variant}: " + ", ".join(f"{flag} {'accepted' if ok else 'rejected'}" for flag, ok in flags.items())
+                         for variant, flags in (wheel.get("optional_flags") or {}).items())
     return "\n".join([
         f"built {wheel['path']}",
         f"  version   {summary['version']}  ({summary['version_origin']})",
         f"  variants  {', '.join(wheel['variants'])}",
+        *([f"  optional  {optional}"] if optional else []),
         *([f"  torch     {summary['torch']['version']} ({summary['torch']['origin']})"] if summary.get("torch") else []),
         *([f"  settings  {' '.join(f'-C{k}={v}' for k, v in summary['config_settings'].items())}"]
           if summary.get("config_settings") else []),

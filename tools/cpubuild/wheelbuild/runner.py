@@ -29,7 +29,7 @@ from ..toolchain.repair import Repaired
 from ..toolchain.tools import require_all
 from . import frontend, sbom
 from .plan import BuildPlan
-from .report import Reporter
+from .report import Reporter, optional_flags
 
 LOG_TAIL_LINES = 30
 # Variables that would silently change what the backend builds.
@@ -308,6 +308,7 @@ def _build(
             "sha256": wheelzip.sha256_file(final),
             "size": final.stat().st_size,
             "variants": list(contents.built_variants),
+            "optional_flags": optional_flags(contents.manifest),
             "tags": list(contents.tags),
             "policy": policy,
             "audited": audited,

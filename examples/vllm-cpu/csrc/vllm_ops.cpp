@@ -1,0 +1,10 @@
+// One translation unit per variant holding vLLM's own kernel sources, taken
+// unmodified from its sdist by include path (CMakeLists.txt puts
+// <sdist>/csrc/cpu on it): the torch headers are parsed once per variant,
+// not once per file. The three files' helpers live in anonymous namespaces
+// with distinct names, so they share a unit cleanly. Every variant is at or
+// above the matrix's floor (AVX2 + F16C; ARMv8.2 dotprod + fp16), which
+// vLLM's code needs.
+#include "layernorm.cpp"
+#include "activation.cpp"
+#include "pos_encoding.cpp"
