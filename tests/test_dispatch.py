@@ -185,7 +185,7 @@ def test_load_variant_errors_name_the_call_not_the_environment(installed: Path, 
     if not unsupported:
         skip_host_fact("this CPU runs every built variant")
     name = unsupported[-1]
-    script = (f"import cpukern._dispatch as d\ntry:\n    d.load_variant({name!r})\n"
+    script = (f"from cpukern._dispatch import DISPATCHER as d\ntry:\n    d.load_variant({name!r})\n"
               "except RuntimeError as exc:\n    print(exc)\n")
     text = run_python(["-c", script], cwd=work, env=clean_env()).stdout
     assert text.startswith(f"load_variant({name!r}): this CPU cannot run variant {name!r}"), text

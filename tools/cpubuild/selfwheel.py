@@ -5,6 +5,12 @@ and image builds install it in their build stage; neither may depend on an
 index having this very version. The wheel is reproducible (fixed timestamps,
 sorted entries), cached by content under cpubuild's cache directory, and
 offered through find-links plus a constraint pinning this version.
+
+An isolated build needs only the backend side of cpubuild (the CMake package,
+the version provider and the contract reader: standard library only), so the
+wheel offered to it declares no dependencies (`backend_only`): a cross build's
+environment resolves wheels for the target's platform tags, where some of the
+CLI's dependencies (iced-x86) have no wheel and would build from Rust sources.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ class SelfWheel:
         }
 
 
-def _metadata_text(dist: metadata.Distribution) -> str:
+def _metadata_text(dist: metadata.Distribution, *, backend_only: bool = False) -> str:
     """Core metadata of the running cpubuild, whatever form its install keeps it in
     (a .dist-info METADATA, or a checkout's .egg-info PKG-INFO + requires.txt)."""
     message = dist.metadata
@@ -63,11 +69,12 @@ def _metadata_text(dist: metadata.Distribution) -> str:
     for key in ("Summary", "Requires-Python", "License-Expression"):
         lines += [f"{key}: {value}" for value in message.get_all(key) or []][:1]
     lines += [f"Provides-Extra: {extra}" for extra in message.get_all("Provides-Extra") or []]
-    lines += [f"Requires-Dist: {req}" for req in dist.requires or []]
+    lines += [f"Requires-Dist: {req}" for req in dist.requires or []
+              if not backend_only or req.startswith("tomli")]  # the backend reads TOML, nothing else
     return "\n".join(lines) + "\n"
 
 
-def _members() -> dict[str, bytes]:
+def _members(*, backend_only: bool = False) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     for path in sorted(PACKAGE_DIR.rglob("*")):
         rel = path.relative_to(PACKAGE_DIR.parent).as_posix()
@@ -75,7 +82,7 @@ def _members() -> dict[str, bytes]:
             files[rel] = path.read_bytes()
     info = f"cpubuild-{__version__}.dist-info"
     dist = metadata.distribution("cpubuild")
-    files[f"{info}/METADATA"] = _metadata_text(dist).encode()
+    files[f"{info}/METADATA"] = _metadata_text(dist, backend_only=backend_only).encode()
     entry_points = dist.read_text("entry_points.txt")
     if entry_points:
         files[f"{info}/entry_points.txt"] = entry_points.encode()
@@ -91,9 +98,10 @@ def _record(files: dict[str, bytes], record: str) -> bytes:
     return ("\n".join([*rows, f"{record},,"]) + "\n").encode()
 
 
-def self_wheel() -> SelfWheel:
-    """This cpubuild as a wheel (made once per content, then reused)."""
-    files = _members()
+def self_wheel(*, backend_only: bool = False) -> SelfWheel:
+    """This cpubuild as a wheel (made once per content, then reused); `backend_only`:
+    without Requires-Dist, for isolated builds."""
+    files = _members(backend_only=backend_only)
     key = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in files.items())).hexdigest()[:16]
     folder = cache_dir() / "self-wheel" / key
     wheel = folder / f"cpubuild-{__version__}-py3-none-any.whl"

@@ -26,7 +26,7 @@ class Disassembler:
 
     # ---------------------------------------------------------------- x86_64
     def _x86(self, code: bytes, address: int) -> Iterator[Decoded]:
-        import iced_x86
+        iced_x86 = _iced()
 
         names = _iced_feature_names()
         invalid = iced_x86.Code.INVALID
@@ -152,3 +152,16 @@ def _iced_mnemonic(ins: Any) -> str:
         _ICED_MNEMONICS.update({v: k.lower() for k, v in vars(iced_x86.Mnemonic).items()
                                 if not k.startswith("_") and isinstance(v, int)})
     return _ICED_MNEMONICS[ins.mnemonic]
+
+
+def _iced() -> Any:
+    """iced-x86, or one clear line: it has wheels for x86_64 hosts only."""
+    try:
+        import iced_x86
+    except ImportError:
+        from ..errors import ToolMissingError
+
+        raise ToolMissingError("auditing x86_64 code needs iced-x86, which is not installed here",
+                               detail="fix: python3 -m pip install 'iced-x86>=1.20' (wheels exist for x86_64 hosts; "
+                                      "elsewhere it builds from Rust sources)") from None
+    return iced_x86

@@ -149,7 +149,9 @@ if(CPUBUILD_KIND STREQUAL "torch")
   if(NOT Python_INCLUDE_DIRS)
     find_package(Python COMPONENTS Interpreter Development.Module QUIET)
   endif()
-  if(Python_INCLUDE_DIRS)
+  # scikit-build-core names the directory even where no headers are installed
+  # (an image's Python without python3-dev): add only one that holds Python.h.
+  if(Python_INCLUDE_DIRS AND EXISTS "${Python_INCLUDE_DIRS}/Python.h")
     set_property(TARGET cpubuild_torch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${Python_INCLUDE_DIRS})
   else()
     message(STATUS "cpubuild: no Python headers for ${Python_EXECUTABLE}: sources that include Python.h will not compile")

@@ -116,8 +116,7 @@ class LinuxCross:
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
         return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, ldpaths=ldpaths(plan.target),
-                            exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()),
-                            lookup_first=plan.torch.library_dirs if plan.torch else ())
+                            exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()))
 
 
 PLATFORM = LinuxCross()

@@ -85,8 +85,7 @@ class LinuxNative:
         return linux_setup(plan, toolchain, log)
 
     def repair(self, wheel: Path, dest: Path, plan: BuildPlan, guarded: Sequence[str], log: Log) -> Repaired:
-        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()),
-                            lookup_first=plan.torch.library_dirs if plan.torch else ())
+        return repair_linux(wheel, dest, ceiling=plan.manylinux, guarded=guarded, log=log, exclude=excluded_sonames(plan.project, plan.torch.libraries if plan.torch else ()))
 
 
 PLATFORM = LinuxNative()

@@ -71,7 +71,7 @@ def plan_from_options(
         extra_settings=dict(setting.split("=", 1) for setting in options.config_settings),
         # An isolated build installs build-system.requires: cpubuild resolves to this one,
         # and torch (which the build does not use: CMake gets the torch above) to the one here.
-        extra_env=self_wheel().pip_env(torchdist.build_env_pins(torch)) if isolated else None,
+        extra_env=self_wheel(backend_only=True).pip_env(torchdist.build_env_pins(torch)) if isolated else None,
     )
 
 
