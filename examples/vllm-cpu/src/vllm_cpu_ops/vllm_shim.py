@@ -32,4 +32,7 @@ def install() -> types.ModuleType:
     module.__dict__["variant"] = selected_isa()
     for name in VLLM_KERNEL_MODULES:
         sys.modules[name] = module
+        parent = sys.modules.get(name.rpartition(".")[0])
+        if parent is not None:  # vllm imported already: `vllm._C` as an attribute too, as an import would set it
+            setattr(parent, name.rpartition(".")[2], module)
     return module
