@@ -132,13 +132,8 @@ class Pipeline:
 
 
 def pipeline_of(project: Project) -> Pipeline:
-    table = project.config.tables.get("ci", {})
-    unknown = sorted(set(table) - {"cpubuild"})
-    if unknown:
-        raise UsageError(f"{project.root / 'pyproject.toml'}: [tool.cpubuild.ci] unknown keys {', '.join(unknown)} (known: cpubuild)")
-    spec = table.get("cpubuild", f"cpubuild=={__version__}")
-    if not isinstance(spec, str) or not spec.strip():
-        raise UsageError(f"{project.root / 'pyproject.toml'}: [tool.cpubuild.ci] cpubuild must be a pip requirement or a path")
+    # [tool.cpubuild.ci] was validated (keys, types, non-empty) by the settings model when the project was read
+    spec = project.config.settings.ci.cpubuild or f"cpubuild=={__version__}"
     top = _git_toplevel(project.root)
     workdir = project.root.relative_to(top).as_posix() if top is not None else "."
     install_spec(spec)  # refused here, in one line, before anything is rendered
