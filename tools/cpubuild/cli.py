@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("matrix", "Show the project's validated ISA matrix and what this host can build and run."),
     "doctor": ("doctor", "Check the project against the contract, compilers, tools, Docker and QEMU; print fixes."),
     "wheel": ("wheel", "Build repaired, reproducible wheels for a set of ISA variants."),
+    "merge": ("merge", "Merge partial wheels built on several runners into the one a single build makes."),
     "test": ("test", "Install a wheel in a target-arch Python and test it under a QEMU CPU model."),
     "publish": ("publish", "Publish wheels into a PEP 503/691 index keyed by commit."),
     "serve": ("serve", "Serve an index directory over HTTP (PEP 691, Range requests)."),

@@ -72,7 +72,7 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _metadata_with_version(text: str, version: str) -> str:
+def metadata_with_version(text: str, version: str) -> str:
     """METADATA with its Version header replaced; the description (after the
     first blank line) is left alone, whatever lines it holds."""
     lines = text.splitlines(keepends=True)
@@ -99,7 +99,7 @@ def set_version(wheel: Path, version: str) -> Path:
         if top in (f"{dist}-{old}.dist-info", f"{dist}-{old}.data"):
             name = f"{dist}-{version}{top[len(dist) + 1 + len(old):]}/{tail}"
             if tail == "METADATA":
-                data = _metadata_with_version(data.decode("utf-8"), version).encode("utf-8")
+                data = metadata_with_version(data.decode("utf-8"), version).encode("utf-8")
         renamed.append((name, attr, data))
     record = f"{dist}-{version}.dist-info/RECORD"
     renamed = [e for e in renamed if e[0] != record]
@@ -116,8 +116,10 @@ def set_version(wheel: Path, version: str) -> Path:
 
 
 def record_file(members: Iterable[tuple[str, bytes]], record: str) -> bytes:
-    """RECORD's content for these (name, data) members, RECORD itself last."""
-    rows = [f"{name},{record_hash(data)},{len(data)}" for name, data in members]
+    """RECORD's content for these (name, data) members in archive order (so that it
+    depends only on the contents, whatever order a tool wrote them in), RECORD itself last."""
+    rows = [f"{name},{record_hash(data)},{len(data)}"
+            for name, data in sorted(members, key=lambda member: entry_order(member[0])) if name != record]
     return ("\n".join([*rows, f"{record},,"]) + "\n").encode()
 
 

@@ -6,10 +6,11 @@ the whole matrix -> plan path, cibuildwheel style.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..cmake import CMAKE_DIR
 from ..errors import UnknownISAError, UsageError
 from ..hardware import Arch, hardware
 from ..matrix import Matrix, Variant
@@ -69,14 +70,19 @@ def check_labels_unique(matrix: Matrix, arch: str) -> None:
         seen[seg] = v.name
 
 
+def label_extras(order: Sequence[str], chosen: Iterable[str]) -> tuple[str, ...]:
+    """The ISA-set label's segments after `cpu`: none for every variant of `order`
+    (the arch's variants, baseline first), else the chosen non-baseline ones, or the baseline alone."""
+    wanted = set(chosen)
+    if wanted >= set(order):
+        return ()
+    extras = [label_segment(n) for n in order[1:] if n in wanted]
+    return tuple(extras or [label_segment(order[0])])
+
+
 def isa_label(matrix: Matrix, arch: str, variants: Iterable[str]) -> tuple[str, ...]:
     """`cpu` for every variant; else `cpu` + the non-baseline variants, or the baseline alone."""
-    chosen = set(variants)
-    everything = [v.name for v in matrix.variants_for(arch)]
-    if chosen >= set(everything):
-        return (CPU_LABEL,)
-    extras = [label_segment(n) for n in everything if n in chosen and n != matrix.baseline(arch).name]
-    return (CPU_LABEL, *(extras or [label_segment(matrix.baseline(arch).name)]))
+    return (CPU_LABEL, *label_extras([v.name for v in matrix.variants_for(arch)], variants))
 
 
 def _arch_of(matrix: Matrix, name: str) -> list[str]:
@@ -200,6 +206,9 @@ def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose
         "build.verbose": "true" if verbose else "false",
         # the SBOM's per-variant flags and sources (sbom.py)
         "cmake.define.CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
+        # this cpubuild's CMake package: find_package caches the one it found in a
+        # reused build directory, which may be another installation's
+        "cmake.define.cpubuild_DIR": str(CMAKE_DIR),
     }
     if ccache:
         settings["cmake.define.CMAKE_C_COMPILER_LAUNCHER"] = ccache
