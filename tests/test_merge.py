@@ -1,6 +1,7 @@
 """`cpubuild merge`: cpukern's six x86 variants built as three partial wheels (as three
 CI runners would), merged, equal byte for byte to one `cpubuild wheel` of all of them -
-and so are the PEP 825 variant wheels derived from each. Refusals: another commit,
+and so are the PEP 825 variant wheels derived from each; the same for an aarch64 cross
+build (one partial per variant; a torch project's merge is in test_torch_project.py). Refusals: another commit,
 other flags (a real build with different CXXFLAGS), an overlapping variant whose bytes
 differ, a partial without the baseline; each one line, exit 2, nothing written.
 """
@@ -16,7 +17,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require_host
+from conftest import CPUKERN_MATRIX, REPO, require_host, require_tool
+from cpubuild.hardware import hardware
+from cpubuild.matrix import load_matrix
 from cpubuild.toolchain import wheelzip
 
 pytestmark = [pytest.mark.slow]
@@ -31,7 +34,7 @@ def cpubuild(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 def build(tmp: Path, isa: str, *extra: str, env: dict[str, str] | None = None, build_root: str = "build") -> Path:
-    out = tmp / f"out-{isa}-{len(extra)}-{build_root}"
+    out = tmp / f"out-{isa}-{'-'.join(extra)}-{build_root}"
     proc = cpubuild("wheel", "--project", str(REPO), "--isa", isa, "--out", str(out), "--build-root", str(tmp / build_root),
                     "--json", *extra, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -103,6 +106,17 @@ def test_merge_order_does_not_matter_and_a_subset_is_labelled_like_its_build(whe
     with zipfile.ZipFile(merged) as z:
         version_py = z.read(f"{contents.manifest_dir}/_version.py").decode()
     assert f'"{contents.version}"' in version_py
+
+
+def test_aarch64_cross_partials_merge_byte_for_byte(tmp_path: Path) -> None:
+    require_tool(f"{hardware().arches['aarch64'].triplet}-g++")
+    names = [v.name for v in load_matrix(CPUKERN_MATRIX).variants_for("aarch64")][1:]
+    single = build(tmp_path, "all", "--arch", "aarch64")
+    partials = [build(tmp_path, name, "--arch", "aarch64") for name in names]
+    proc = cpubuild("merge", *map(str, partials), "--out", str(tmp_path / "merged"))
+    assert proc.returncode == 0, proc.stderr
+    merged = Path(proc.stdout.strip().splitlines()[-1])
+    assert merged.name == single.name and sha(merged) == sha(single)
 
 
 def test_another_commit_is_refused(wheels: dict[str, Path], tmp_path: Path) -> None:

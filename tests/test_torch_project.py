@@ -173,6 +173,23 @@ def test_another_torch_release_gets_its_own_label(build: Callable[..., dict[str,
     assert Path(build()["wheel"]["path"]).name != wheel.name
 
 
+def test_partials_merge_into_the_native_wheel_byte_for_byte(build: Callable[..., dict[str, Any]],
+                                                             torch_cpubuild: PublicCpubuild, matrix: Matrix,
+                                                             tmp_path: Path) -> None:
+    """`cpubuild merge` (docs/scale-out.md): the variants built as two partial wheels, as two runners would."""
+    single = Path(build()["wheel"]["path"])
+    names = [v.name for v in matrix.variants_for(ARCH)][1:]
+    partials = []
+    for i, group in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        _, summary = torch_cpubuild.json("wheel", "--project", str(EXAMPLE), "--isa", ",".join(group),
+                                         "--out", str(tmp_path / f"part{i}"), "--build-root", str(single.parent.parent.parent / "build"),
+                                         cwd=tmp_path)
+        partials.append(summary["wheel"]["path"])
+    _, merged = torch_cpubuild.json("merge", *partials, "--out", str(tmp_path / "merged"), cwd=tmp_path)
+    assert Path(merged["wheel"]).name == single.name
+    assert Path(merged["wheel"]).read_bytes() == single.read_bytes()
+
+
 # ------------------------------------------------------------------ installed
 
 
