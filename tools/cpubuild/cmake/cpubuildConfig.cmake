@@ -180,10 +180,35 @@ else()
 endif()
 
 # Reproducible objects: no absolute source or build paths in the binaries.
-set(CPUBUILD_COMMON_FLAGS
-    "-ffile-prefix-map=${CMAKE_SOURCE_DIR}=."
-    "-ffile-prefix-map=${CMAKE_BINARY_DIR}=build"
-    "-ffile-prefix-map=${_cpubuild_package}=cpubuild")
+# With CPUBUILD_PATH_TOKENS (a compiler cache shared between runners, whose key
+# is the command line) a known root is written as a token ({project}, {build},
+# {cpubuild}, {cache}, {torch}) that cpubuild's compiler wrapper turns back into
+# this build's directory after the cache has hashed the command.
+function(_cpubuild_prefix_map result old new)
+  if(CPUBUILD_PATH_TOKENS)  # the longest root that holds `old` (a root may lie inside another)
+    set(best_length 0)
+    set(best "${old}")
+    foreach(pair "${CMAKE_BINARY_DIR}|{build}" "${CMAKE_SOURCE_DIR}|{project}" "${_cpubuild_package}|{cpubuild}"
+                 "${CPUBUILD_CACHE_ROOT}|{cache}" "${CPUBUILD_TORCH_DIR}|{torch}")
+      string(REPLACE "|" ";" pair "${pair}")
+      list(GET pair 0 root)
+      list(GET pair 1 token)
+      string(FIND "${old}/" "${root}/" at)
+      string(LENGTH "${root}" length)
+      if(root AND at EQUAL 0 AND length GREATER best_length)
+        string(SUBSTRING "${old}" ${length} -1 rest)
+        set(best "${token}${rest}")
+        set(best_length ${length})
+      endif()
+    endforeach()
+    set(old "${best}")
+  endif()
+  set(${result} "-ffile-prefix-map=${old}=${new}" PARENT_SCOPE)
+endfunction()
+_cpubuild_prefix_map(_map_build "${CMAKE_BINARY_DIR}" build)  # first: the build directory may lie in the project
+_cpubuild_prefix_map(_map_project "${CMAKE_SOURCE_DIR}" .)
+_cpubuild_prefix_map(_map_package "${_cpubuild_package}" cpubuild)
+set(CPUBUILD_COMMON_FLAGS "${_map_project}" "${_map_build}" "${_map_package}")
 if(NOT APPLE)
   set(CPUBUILD_LINK_FLAGS -Wl,--as-needed -Wl,-z,noexecstack -Wl,-z,relro -Wl,-z,now -Wl,--build-id=sha1)
 endif()
@@ -195,7 +220,8 @@ endif()
 # torch's and Python's headers live in the build's venv: their paths (in
 # __FILE__ of TORCH_CHECK and friends) must not reach the binaries either.
 if(CPUBUILD_KIND STREQUAL "torch")
-  list(APPEND CPUBUILD_COMMON_FLAGS "-ffile-prefix-map=${CPUBUILD_TORCH_DIR}=torch")
+  _cpubuild_prefix_map(_map_torch "${CPUBUILD_TORCH_DIR}" torch)
+  list(APPEND CPUBUILD_COMMON_FLAGS "${_map_torch}")
   foreach(dir IN LISTS Python_INCLUDE_DIRS)
     list(APPEND CPUBUILD_COMMON_FLAGS "-ffile-prefix-map=${dir}=python")
   endforeach()
@@ -348,8 +374,9 @@ function(cpubuild_add_dependency name)
   set(CMAKE_POLICY_DEFAULT_CMP0077 NEW)  # option() honours the variables above
   set(CMAKE_POSITION_INDEPENDENT_CODE ON)  # linked into shared variant libraries
   string(REPLACE ";" " " flags "${CPUBUILD_VARIANT_${variant}_FLAGS}")
-  set(CMAKE_C_FLAGS "${CMAKE_C_FLAGS} ${flags} -ffile-prefix-map=${source}=${name}")
-  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${flags} -ffile-prefix-map=${source}=${name}")
+  _cpubuild_prefix_map(map "${source}" "${name}")
+  set(CMAKE_C_FLAGS "${CMAKE_C_FLAGS} ${flags} ${map}")
+  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${flags} ${map}")
   add_subdirectory("${source}" "${CMAKE_BINARY_DIR}/cpubuild-deps/${name}" EXCLUDE_FROM_ALL)
   message(STATUS "cpubuild: dependency ${name} from ${source}, built once with ${variant}'s flags")
 endfunction()
@@ -381,7 +408,8 @@ function(cpubuild_add_variants name)
   set(prefix_maps "")
   if(arg_VARIANT_SOURCE_DIR)
     get_filename_component(variant_source_dir "${arg_VARIANT_SOURCE_DIR}" ABSOLUTE)
-    list(APPEND prefix_maps "-ffile-prefix-map=${variant_source_dir}=src")  # e.g. an unpacked sdist outside the project
+    _cpubuild_prefix_map(map "${variant_source_dir}" src)
+    list(APPEND prefix_maps "${map}")  # e.g. an unpacked sdist outside the project
   endif()
   # sources and include directories outside the project (an unpacked sdist in a cache): relative paths in the binaries
   foreach(item IN LISTS arg_SOURCES arg_COMMON_SOURCES arg_BASELINE_SOURCES arg_INCLUDE_DIRECTORIES)
@@ -396,7 +424,8 @@ function(cpubuild_add_variants name)
       if(IS_DIRECTORY "${abs}")
         set(dir "${abs}")
       endif()
-      list(APPEND prefix_maps "-ffile-prefix-map=${dir}=external")
+      _cpubuild_prefix_map(map "${dir}" external)
+      list(APPEND prefix_maps "${map}")
     endif()
   endforeach()
   list(REMOVE_DUPLICATES prefix_maps)

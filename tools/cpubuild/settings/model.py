@@ -87,6 +87,11 @@ class WheelSettings:
     jobs: int | None = setting(None, "Parallel compile jobs (default: all CPUs).", minimum=1, flags=("-j", "--jobs"),
                                metavar="N", default_text="all CPUs")
     ccache: str = setting("auto", "Compiler cache (default: auto, used when installed).", choices=SWITCHES)
+    cache: str | None = setting(None, "A compiler cache shared between runners: s3://BUCKET[/PREFIX], served by "
+                                "sccache >= 0.16 (credentials and endpoint from the usual AWS_* environment). "
+                                "Default: none (the local ccache of --ccache).", pattern=r"s3://[a-z0-9.-]+(/\S*)?",
+                                metavar="s3://BUCKET[/PREFIX]", default_text="none",
+                                problem="{value!r}: an S3 URL, s3://BUCKET[/PREFIX] (bucket: lower-case letters, digits, '.', '-')")
     repair: bool = setting(True, "auditwheel repair (default: on).")
     clean: bool = setting(False, "Start from an empty build directory.")
     torch: str | None = setting(None, "Torch projects: the torch to build against (native: the environment's, "

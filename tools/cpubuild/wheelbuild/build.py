@@ -14,6 +14,7 @@ from ..hardware import Arch, hardware
 from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..selfwheel import self_wheel
+from ..toolchain import sharedcache
 from ..toolchain.tools import find_tool
 from ..torchdist import TorchBuild
 from .options import WheelOptions, layer_options
@@ -48,6 +49,7 @@ def plan_from_options(
 
     isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None)
     torch = torch_for(project, matrix.arches[arch], options.torch, native=arch == host.arch)
+    shared_cache = sharedcache.resolve(options.cache)
     isolated = not project.backend_importable() if options.isolation == "auto" else options.isolation == "on"
     return make_plan(
         matrix=matrix,
@@ -61,7 +63,8 @@ def plan_from_options(
         frontend=(("uv" if find_tool("uv") else "build") if options.frontend == "auto" else options.frontend),
         isolated=isolated,
         jobs=options.jobs or os.cpu_count() or 1,
-        ccache=resolve_ccache(options.ccache),
+        ccache=None if shared_cache else resolve_ccache(options.ccache),
+        shared_cache=shared_cache,
         repair=options.repair,
         clean=options.clean,
         verbose=verbose,

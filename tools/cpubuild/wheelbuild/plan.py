@@ -16,6 +16,7 @@ from ..hardware import Arch, hardware
 from ..matrix import Matrix, Variant
 from ..runtime.select import lacking
 from ..settings import split_list
+from ..toolchain.sharedcache import SharedCache
 from ..torchdist import TorchBuild
 from .version import SourceVersion
 
@@ -158,6 +159,7 @@ class BuildPlan:
     isolated: bool
     jobs: int
     ccache: str | None  # path of ccache, or None
+    shared_cache: SharedCache | None = field(default=None, hash=False)  # --cache s3://...: sccache instead of ccache
     repair: bool
     clean: bool
     config_settings: Mapping[str, str] = field(hash=False)
@@ -210,9 +212,11 @@ def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose
         # reused build directory, which may be another installation's
         "cmake.define.cpubuild_DIR": str(CMAKE_DIR),
     }
-    if ccache:
-        settings["cmake.define.CMAKE_C_COMPILER_LAUNCHER"] = ccache
-        settings["cmake.define.CMAKE_CXX_COMPILER_LAUNCHER"] = ccache
+    # Explicit even when off: a reused build directory keeps what an earlier build cached
+    # (a shared-cache build's launcher and path tokens must not leak into a local one).
+    settings["cmake.define.CMAKE_C_COMPILER_LAUNCHER"] = ccache or ""
+    settings["cmake.define.CMAKE_CXX_COMPILER_LAUNCHER"] = ccache or ""
+    settings["cmake.define.CPUBUILD_PATH_TOKENS"] = "OFF"
     return settings
 
 
@@ -262,10 +266,13 @@ def make_plan(
     inherited_ccache_ignore: str = "",
     relabel: bool = False,
     torch: TorchBuild | None = None,
+    shared_cache: SharedCache | None = None,
 ) -> BuildPlan:
     arch = matrix.arches[isa.arch]
     isa = with_torch(isa, torch)
     build_dir = build_dir_for(build_root, isa.arch, isa)
+    if shared_cache:  # other compilers (the wrappers) for CMake: a directory of their own, never a reconfigure
+        build_dir = build_dir.with_name(f"{build_dir.name}-sccache")
     version = source.with_label(isa.label)
     settings = config_settings(isa=isa, build_dir=build_dir, ccache=ccache, verbose=verbose)
     for key in extra_settings or {}:
@@ -297,6 +304,7 @@ def make_plan(
         isolated=isolated,
         jobs=jobs,
         ccache=ccache,
+        shared_cache=shared_cache,
         repair=repair,
         clean=clean,
         config_settings=settings,

@@ -20,11 +20,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
-from ..cache import digest
+from ..cache import cache_dir, digest
+from ..cmake import CMAKE_DIR
 from ..errors import BuildFailedError, UsageError
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
-from ..toolchain import compilers, wheelzip
+from ..toolchain import compilers, sharedcache, wheelzip
 from ..toolchain.repair import Repaired
 from ..toolchain.tools import require_all
 from . import frontend, sbom
@@ -236,23 +237,32 @@ def _build(
     env.update(setup.env)
     dist = staging / "dist"
     dist.mkdir()
-    cmd = frontend.frontend_command(
-        plan.frontend, python=sys.executable, project=plan.project, outdir=dist, settings=settings, isolated=plan.isolated
-    )
-    reporter.variants([*plan.variants, "probe"])
-    reporter.stage("frontend")
+    counts: dict[str, int] | None = None
     current: dict[str, str | None] = {"stage": "frontend"}
+    with contextlib.ExitStack() as stack:
+        if plan.shared_cache:
+            roots = {"project": plan.project, "build": plan.build_dir, "cpubuild": CMAKE_DIR.parent, "cache": cache_dir(),
+                     **({"torch": plan.torch.directory} if plan.torch else {})}
+            settings.update(sharedcache.cache_settings(plan.shared_cache, settings, plan.build_dir / "cpubuild-cc", cache_dir()))
+            env.update(sharedcache.server_env(plan.shared_cache, roots, env))
+            reporter.note(f"compiler cache: {plan.shared_cache.url} (sccache)")
+            counts = stack.enter_context(sharedcache.running(plan.shared_cache, env))
+        cmd = frontend.frontend_command(
+            plan.frontend, python=sys.executable, project=plan.project, outdir=dist, settings=settings, isolated=plan.isolated
+        )
+        reporter.variants([*plan.variants, "probe"])
+        reporter.stage("frontend")
 
-    def on_event(event: frontend.Event) -> None:
-        if event.kind == "stage" and event.stage and event.stage != current["stage"]:
-            current["stage"] = event.stage
-            reporter.stage(event.stage)
-        reporter.event(event)
+        def on_event(event: frontend.Event) -> None:
+            if event.kind == "stage" and event.stage and event.stage != current["stage"]:
+                current["stage"] = event.stage
+                reporter.stage(event.stage)
+            reporter.event(event)
 
-    outcome = frontend.run_frontend(
-        cmd, env=env, cwd=plan.project, log=log, on_event=on_event, on_line=reporter.line, outdir=dist,
-        variants=plan.variants,
-    )
+        outcome = frontend.run_frontend(
+            cmd, env=env, cwd=plan.project, log=log, on_event=on_event, on_line=reporter.line, outdir=dist,
+            variants=plan.variants,
+        )
     if outcome.wheel is None:
         log.flush()
         text = log_path.read_text(encoding="utf-8", errors="replace")
@@ -318,6 +328,7 @@ def _build(
         "compiler": toolchain.cxx.display,
         "torch": {"version": plan.torch.version, "origin": plan.torch.origin} if plan.torch else None,
         "ccache": plan.ccache,
+        "shared_cache": {"url": plan.shared_cache.url, **(counts or {})} if plan.shared_cache else None,
         "frontend": plan.frontend,
         "config_settings": dict(plan.extra_settings),
         "isolated": plan.isolated,
