@@ -13,7 +13,7 @@ library only: the CMake bridge reads it inside isolated builds.
 
 Every key and sub-table is declared once in cpubuild.settings (model.py);
 this module derives the project facts. Sub-tables: [tool.cpubuild.wheel]
-(wheelbuild.options), [tool.cpubuild.ci] (commands.ci), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare
+(wheelbuild.options), [tool.cpubuild.ci] (workflow.render), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare
 metal under Bochs 3.0).
 """
 
