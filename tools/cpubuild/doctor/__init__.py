@@ -1,0 +1,1 @@
+"""`cpubuild doctor`'s checks (checks.py); the command only prints them."""
