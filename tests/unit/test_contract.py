@@ -82,7 +82,7 @@ def test_every_key_given() -> None:
     assert c.tables == {"wheel": {"frontend": "uv"}, "test": {}, "bench": {}, "ci": {"cpubuild": "./tools"}, "baremetal": {}}
     assert c.runtime_facts() == {"dist": "dotlib", "package": "dotlib", "env_prefix": "DOT", "kind": "ctypes",
                                  "selftest": "dotlib.selftest --quick 'a b'"}
-    assert set(KEYS) == {"package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "repair-exclude", "wheel", "ci",
+    assert set(KEYS) == {"package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "repair-exclude", "wheel", "test", "bench", "ci",
                          "baremetal"}
 
 
