@@ -69,6 +69,8 @@ BAD_TABLES = {
     "wheel.isas (unknown)": ('[tool.cpubuild.wheel]\nisas = ["avx2"]\n', "[tool.cpubuild.wheel] isas"),
     "ci.cpubuild with a newline": ('[tool.cpubuild.ci]\ncpubuild = "cpubuild==0.2.0\\n"\n', "[tool.cpubuild.ci] cpubuild"),
     "baremetal.sources not a list": ('[tool.cpubuild.baremetal]\nsources = "x.c"\n', "[tool.cpubuild.baremetal] sources"),
+    "test.checks = 1": ("[tool.cpubuild.test]\nchecks = 1\n", "[tool.cpubuild.test] checks"),
+    "bench.variants with a newline": ('[tool.cpubuild.bench]\nvariants = ["avx2\\n"]\n', "[tool.cpubuild.bench] variants"),
     "build-system = 5": ("", "[build-system]"),
     "dynamic a string": ("", "[project] dynamic"),
 }

@@ -29,7 +29,7 @@ pytest.importorskip("ml_dtypes")
 import cpukern
 from conftest import REPO
 from cpubuild.bench import roofline, targets
-from cpubuild.commands.bench import render
+from cpubuild.bench.table import render
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_variants import TARGETS

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cpubuild.commands.develop import Checkout, extract_binaries
+from cpubuild.index.develop import Checkout, extract_binaries
 from cpubuild.index.precompiled import MANIFEST, FileInTheWayError
 from hostile import tree_hash
 

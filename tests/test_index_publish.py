@@ -178,7 +178,7 @@ WORKER = """
 import sys
 from pathlib import Path
 from cpubuild.index.publish import publish
-from cpubuild.index.storage import open_storage
+from cpubuild.index import open_storage
 from cpubuild.index.wheelfile import read_wheel
 root, commit, *wheels = sys.argv[1:]
 storage = open_storage(root)

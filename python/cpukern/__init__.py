@@ -74,9 +74,10 @@ def register_torch_ops() -> None:
     automatically when torch is imported before cpukern and on the first op
     call with a torch tensor (eager or traced by torch.compile); call it to
     use torch.ops.cpukern.* directly before any of those happened."""
-    from . import _torch
+    from . import gemm, ops
 
-    _torch.register()
+    ops._register_torch_now()
+    gemm._register_torch_now()
 
 
 if hasattr(sys.modules.get("torch"), "library"):  # torch fully imported before cpukern

@@ -28,23 +28,17 @@ tensor (`PackedWeights.data`) that the operators read with the layout text.
 from __future__ import annotations
 
 import ctypes
-import functools
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import _abi, ops
 from ._abi import i32, i64, ptr
 from ._arrays import TORCH, Array, check_no_overlap, kind_of, require_dtype, require_writable, wrap
 from ._dispatch import DISPATCHER
+from ._packed import OUT_DTYPES, PackedWeights, b_type_error, dtype_name, layout_fields, packed_nbytes
 
 __all__ = ["PackedWeights", "gemm_bf16", "gemm_w8a8", "pack_b", "pack_b_int8"]
 
 _KIND_CODE = {"bfloat16": 0, "int8": 1}
-_LAYOUT_KIND = {"bf16": "bfloat16", "int8": "int8"}  # first field of a layout text -> element dtype
-_PACKERS = {"bfloat16": "pack_b", "int8": "pack_b_int8"}
-_LAYOUT_NUMBER = re.compile(r"([a-z]+)([0-9]+)")
-_OUT_DTYPES = ("float32", "bfloat16")
 _STATUS_NO_MEMORY = 3
 
 _abi.signature("cpukern_gemm_layout", i32, restype=ctypes.c_char_p)
@@ -53,40 +47,6 @@ _abi.signature("cpukern_gemm_packed_bytes", i32, i64, i64, restype=ctypes.c_int6
 _abi.signature("cpukern_gemm_pack_b", i32, ptr, i64, i64, i64, i64, ptr)
 _abi.signature("cpukern_gemm_bf16", ptr, i64, ptr, i64, i64, i64, ptr, i64, i32)
 _abi.signature("cpukern_gemm_w8a8", ptr, i64, ptr, ptr, ptr, i64, i64, i64, ptr, i64, i32)
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class PackedWeights:
-    """A [K, N] weight matrix packed for one variant's GEMM micro-kernel."""
-
-    dtype: str  # "bfloat16" or "int8"
-    k: int
-    n: int
-    variant: str  # the variant that packed it ("" when unknown: built from torch.ops arguments)
-    layout: str  # e.g. "bf16:nr16:kg2:kpad2:le"; any variant reporting it can use the data
-    data: Any  # the bytes: a numpy uint8 array or a torch uint8 tensor, packed_nbytes(layout, k, n) long
-    _numpy_address: int = field(default=0, init=False, repr=False)  # cached: ndarray.ctypes.data is slow
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.k, self.n)
-
-    @property
-    def ptr(self) -> int:
-        """Address of the bytes, read when asked: torch.compile may build a
-        PackedWeights whose tensor only exists when the graph runs."""
-        if kind_of(self.data) == TORCH:
-            return int(self.data.data_ptr())
-        if not self._numpy_address:
-            object.__setattr__(self, "_numpy_address", int(self.data.ctypes.data))
-        return self._numpy_address
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes) if hasattr(self.data, "nbytes") else int(self.data.numel())
-
-    def __repr__(self) -> str:
-        return f"PackedWeights(dtype={self.dtype}, shape=({self.k}, {self.n}), variant={self.variant}, layout={self.layout})"
 
 
 def _variant() -> tuple[str, Any]:
@@ -107,28 +67,6 @@ def packed_layout(dtype: str) -> tuple[str, str]:
 # result without importing torch): the layout is a constant of the graph, and
 # the operators check it against the running variant on every call.
 packed_layout._dynamo_marked_constant = True  # type: ignore[attr-defined]
-
-
-@functools.lru_cache(maxsize=32)
-def _layout_fields(layout: str) -> tuple[str, int, int, int, bool]:
-    """(dtype, nr, kpad, element bytes, column sums) of a layout text like
-    "int8:nr16:kg4:kpad4:colsum:le" (cpukern_gemm_layout, csrc gemm.h)."""
-    kind, *rest = layout.split(":")
-    numbers = {m[1]: int(m[2]) for m in map(_LAYOUT_NUMBER.fullmatch, rest) if m}
-    dtype = _LAYOUT_KIND.get(kind)
-    if dtype is None or "nr" not in numbers or "kpad" not in numbers:
-        raise ValueError(f"layout: {layout!r} is not a cpukern packed layout (like 'bf16:nr16:kg2:kpad2:le')")
-    return dtype, numbers["nr"], numbers["kpad"], 2 if dtype == "bfloat16" else 1, "colsum" in rest
-
-
-def packed_nbytes(layout: str, k: Any, n: Any) -> Any:
-    """Bytes of [k, n] weights packed in `layout`: N in panels of nr columns, K
-    padded to kpad, int32 column sums after the panels when the layout says so
-    (csrc gemm.h Layout::bytes). k and n may be torch SymInts (fake tensors)."""
-    _, nr, kpad, elem, colsum = _layout_fields(layout)
-    padded_n = (n + nr - 1) // nr * nr
-    padded_k = (k + kpad - 1) // kpad * kpad
-    return padded_n * padded_k * elem + (padded_n * 4 if colsum else 0)
 
 
 def kernel_name(dtype: str, m: int) -> str:
@@ -167,23 +105,6 @@ def _vector(v: Any, name: str, kind: str, length: int, what: str) -> Array:
     return va
 
 
-def _dtype_name(dtype: Any) -> str:
-    if isinstance(dtype, str):
-        name = dtype
-    elif type(dtype).__module__.startswith("torch"):
-        name = str(dtype).removeprefix("torch.")
-    else:
-        import numpy as np
-
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:
-            raise TypeError(f"out_dtype: expected float32 or bfloat16, got {dtype!r}") from None
-    if name not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype: expected float32 or bfloat16, got {dtype!r}")
-    return name
-
-
 def _empty(kind: str, shape: tuple[int, int], dtype: str) -> Any:
     if kind == TORCH:
         import torch
@@ -212,6 +133,33 @@ def _byte_buffer(kind: str, nbytes: int) -> tuple[Any, int]:
     return arr, int(arr.ctypes.data)
 
 
+# ---------------------------------------------------------------- torch.ops
+# set once torch.ops.cpukern.{pack_b, gemm_*} exist; _torch.py defines them
+# around the implementations passed here (it never imports this module).
+_torch_registered: list[bool] = [False]
+
+
+def _register_torch_now() -> bool:
+    from . import _torch
+
+    _torch.register_gemm(pack_b=pack_for_layout, gemm_bf16=_gemm_bf16, gemm_w8a8=_gemm_w8a8)
+    _torch_registered[0] = True
+    return True
+
+
+_register_torch_now._dynamo_marked_constant = True  # type: ignore[attr-defined]  # as ops._register_torch_now
+
+
+def _torch_ready(first: Array) -> None:
+    if first.kind == TORCH and not _torch_registered[0]:
+        _register_torch_now()
+
+
+def _compiling() -> bool:
+    """True while torch.compile traces a caller: route through torch.ops."""
+    return ops._tracing() and (_torch_registered[0] or _register_torch_now())
+
+
 # ---------------------------------------------------------------- packing
 def pack_b(b: Any) -> PackedWeights:
     """Packs a [K, N] bfloat16 weight (any strides) for gemm_bf16."""
@@ -224,17 +172,18 @@ def pack_b_int8(b: Any) -> PackedWeights:
 
 
 def _pack_public(b: Any, dtype: str) -> PackedWeights:
-    if ops._compiling():
+    if _compiling():
         from . import _torch
 
-        return _torch.traced_pack_b(b, dtype)
+        variant, layout = packed_layout(dtype)  # a graph constant; the op checks it when it runs
+        return _torch.traced_pack_b(b, dtype, variant, layout)
     return _pack(b, dtype)
 
 
 def _pack(b: Any, dtype: str, kind: str | None = None, layout: str | None = None) -> PackedWeights:
     """Packs b for the running variant; `layout` (from torch.ops) must be its layout."""
     ba = wrap(b, "b", kind)
-    ops._torch_ready(ba)
+    _torch_ready(ba)
     require_dtype(ba, (dtype,))
     k, n = _matrix(ba)
     if k == 0 or n == 0:
@@ -258,13 +207,8 @@ def _pack(b: Any, dtype: str, kind: str | None = None, layout: str | None = None
 def pack_for_layout(b: Any, layout: str) -> Any:
     """The bytes of torch.ops.cpukern.pack_b(b, layout): b packed by the
     running variant, which must use `layout` (dtype from the layout)."""
-    dtype = _layout_fields(layout)[0]
+    dtype = layout_fields(layout)[0]
     return _pack(b, dtype, layout=layout).data
-
-
-def b_type_error(b: Any, dtype: str) -> TypeError:
-    what = "a [K, N] bfloat16 matrix or " if dtype == "bfloat16" else ""
-    return TypeError(f"b: expected {what}the weights packed by cpukern.{_PACKERS[dtype]}(), got {type(b).__name__}")
 
 
 def _packed(b: Any, dtype: str, a: Array, lib: Any, variant: str) -> tuple[PackedWeights, int]:
@@ -317,13 +261,13 @@ def _checked_address(b: PackedWeights) -> int:
 
 def _output(out: Any, out_dtype: Any, a: Array, m: int, n: int) -> tuple[Any, Array, str]:
     if out is None:
-        dtype = "float32" if out_dtype is None else _dtype_name(out_dtype)
+        dtype = "float32" if out_dtype is None else dtype_name(out_dtype)
         out = _empty(a.kind, (m, n), dtype)
         return out, wrap(out, "out"), dtype
     oa = wrap(out, "out", a.kind)
-    require_dtype(oa, _OUT_DTYPES)
-    if out_dtype is not None and _dtype_name(out_dtype) != oa.dtype:
-        raise TypeError(f"out: dtype {oa.dtype} differs from out_dtype={_dtype_name(out_dtype)}")
+    require_dtype(oa, OUT_DTYPES)
+    if out_dtype is not None and dtype_name(out_dtype) != oa.dtype:
+        raise TypeError(f"out: dtype {oa.dtype} differs from out_dtype={dtype_name(out_dtype)}")
     if oa.shape != (m, n):
         raise ValueError(f"out: expected shape ({m}, {n}), got {oa.shape}")
     require_writable(oa)
@@ -347,7 +291,7 @@ def gemm_bf16(a: Any, b: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
     (any strides; packed for this call only); out_dtype: float32 (default)
     or bfloat16 (rounded to nearest even), or pass `out` ([M, N], float32 or
     bfloat16, contiguous last dimension). Returns out."""
-    if ops._compiling():
+    if _compiling():
         from . import _torch
 
         return _torch.traced_gemm_bf16(a, b, out, out_dtype)
@@ -356,7 +300,7 @@ def gemm_bf16(a: Any, b: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
 
 def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
     aa = wrap(a, "a")
-    ops._torch_ready(aa)
+    _torch_ready(aa)
     require_dtype(aa, ("bfloat16",))
     m, k = _matrix(aa)
     lda = _row_stride(aa)
@@ -376,7 +320,7 @@ def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any 
     b: from pack_b_int8() ([K, N] int8); b_scale: [N] float32 per-channel
     scales. The int8 products accumulate exactly in int32. out_dtype:
     float32 (default) or bfloat16, or pass `out`. Returns out."""
-    if ops._compiling():
+    if _compiling():
         from . import _torch
 
         return _torch.traced_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype)
@@ -385,7 +329,7 @@ def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any 
 
 def _gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any) -> Any:
     aa = wrap(a, "a")
-    ops._torch_ready(aa)
+    _torch_ready(aa)
     require_dtype(aa, ("int8",))
     m, k = _matrix(aa)
     lda = _row_stride(aa)

@@ -143,14 +143,19 @@ def _torch_ready(first: Array) -> None:
         _register_torch_now()
 
 
-# set by _torch.register once torch.ops.cpukern.* exist
+# set once torch.ops.cpukern.{rms_norm, ...} exist; _torch.py defines them
+# around the implementations passed here (it never imports this module).
 _torch_registered: list[bool] = [False]
 
 
 def _register_torch_now() -> bool:
     from . import _torch
 
-    _torch.register()
+    _torch.register_ops(
+        rms_norm=_rms_norm, fused_add_rms_norm=_fused_add_rms_norm, silu_and_mul=_silu_and_mul,
+        rotary_embedding=_rotary_embedding,
+    )
+    _torch_registered[0] = True
     return True
 
 
@@ -160,12 +165,15 @@ def _register_torch_now() -> bool:
 _register_torch_now._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
+def _tracing() -> bool:
+    """True while torch.compile traces a caller (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and hasattr(torch, "compiler") and bool(torch.compiler.is_compiling())
+
+
 def _compiling() -> bool:
     """True while torch.compile traces a caller: route through torch.ops."""
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "compiler") or not torch.compiler.is_compiling():
-        return False
-    return _torch_registered[0] or _register_torch_now()
+    return _tracing() and (_torch_registered[0] or _register_torch_now())
 
 
 # ---------------------------------------------------------------- rms_norm

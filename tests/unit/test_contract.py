@@ -47,7 +47,7 @@ def test_defaults_come_from_the_project() -> None:
     assert c.pyproject == PATH and c.root == Path("/proj")
     assert c.matrix == Path("/proj") / DEFAULT_MATRIX == Path("/proj/isa_matrix.toml")
     assert (c.kind, c.selftest, c.benchmark, c.source) == ("ctypes", None, None, None)
-    assert c.tables == {"wheel": {}, "ci": {}, "baremetal": {}}
+    assert c.tables == {"wheel": {}, "test": {}, "bench": {}, "ci": {}, "baremetal": {}}
     assert c.static_version == "1.0"
 
 
@@ -79,10 +79,10 @@ def test_every_key_given() -> None:
     assert c.selftest == Command(target="dotlib.selftest", args=("--quick", "a b"))
     assert c.selftest.text == "dotlib.selftest --quick 'a b'"  # shell-quoted back
     assert c.benchmark == Command(target="benchmarks/bench.py", args=("--variants",))  # a script path is fine here
-    assert c.tables == {"wheel": {"frontend": "uv"}, "ci": {"cpubuild": "./tools"}, "baremetal": {}}
+    assert c.tables == {"wheel": {"frontend": "uv"}, "test": {}, "bench": {}, "ci": {"cpubuild": "./tools"}, "baremetal": {}}
     assert c.runtime_facts() == {"dist": "dotlib", "package": "dotlib", "env_prefix": "DOT", "kind": "ctypes",
                                  "selftest": "dotlib.selftest --quick 'a b'"}
-    assert set(KEYS) == {"package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "repair-exclude", "wheel", "ci",
+    assert set(KEYS) == {"package", "env-prefix", "matrix", "kind", "selftest", "benchmark", "source", "repair-exclude", "wheel", "test", "bench", "ci",
                          "baremetal"}
 
 

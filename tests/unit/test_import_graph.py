@@ -96,15 +96,25 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-# cpukern's _torch <-> gemm/ops cycle is still to break (issue 19 item 3): the op
-# modules trigger the torch registration, which wraps their implementations.
-CPUKERN_CYCLE = pytest.mark.xfail(strict=True, reason="cpukern._torch <-> gemm/ops: not broken yet")
-
-
-@pytest.mark.parametrize(("root", "package", "depth"), [
-    (REPO / "tools", "cpubuild", 2),
-    pytest.param(REPO / "python", "cpukern", 2, marks=CPUKERN_CYCLE),
-])
+# cpukern's torch operators (_torch.py) take the op modules' implementations as
+# arguments and _packed.py holds what both sides read, so ops/gemm -> _torch only.
+# Between modules too (depth 99: every module its own unit): index/__init__ picks
+# the storage backend, so index.storage and index.s3 do not import each other.
+@pytest.mark.parametrize("depth", [2, 99], ids=["packages", "modules"])
+@pytest.mark.parametrize(("root", "package"), [(REPO / "tools", "cpubuild"), (REPO / "python", "cpukern")])
 def test_no_import_cycles(root: Path, package: str, depth: int) -> None:
     found = cycles(unit_graph(module_imports(root, package), depth))
     assert found == [], f"import cycles between {package}'s parts: {found}"
+
+
+def test_the_module_check_sees_a_cycle_inside_a_package(tmp_path: Path) -> None:
+    """index.storage -> index.s3 (a function-level import) -> index.storage, as it was: found."""
+    pkg = tmp_path / "pkg" / "index"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "storage.py").write_text("def open_storage():\n    from .s3 import S3\n    return S3\n")
+    (pkg / "s3.py").write_text("from .storage import open_storage\nS3 = open_storage\n")
+    graph = module_imports(tmp_path, "pkg")
+    assert cycles(unit_graph(graph, 2)) == []  # one unit at package depth
+    assert cycles(unit_graph(graph, 99)) == [["pkg.index.s3", "pkg.index.storage"]]

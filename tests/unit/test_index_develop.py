@@ -8,8 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cpubuild.commands.develop import Checkout, PrecompiledNotFoundError, built_members, choose_wheel, extract_binaries
 from cpubuild.index.client import RemoteFile
+from cpubuild.index.develop import Checkout, PrecompiledNotFoundError, built_members, choose_wheel, extract_binaries
 from packaging import tags
 
 LINUX_X86 = [

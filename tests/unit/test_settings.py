@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from cpubuild.contract import ContractError, parse_config
-from cpubuild.settings import TABLES, Field, SettingsError, fields_of
+from cpubuild.settings import TABLES, Field, SettingsError, fields_of, layer
 from cpubuild.settings.generate import DOC_TABLES, SCHEMA_FILE, render_docs, schema, schema_text
 from cpubuild.wheelbuild.options import layer_options
 
@@ -55,7 +55,7 @@ def newline_string(field: Field) -> Any:
 
 def refusals(table: str, values: dict[str, Any]) -> list[str]:
     """The message of every reader of `table`: the project (doctor and every command), and
-    the layered options (cpubuild wheel) for its table."""
+    for a layered table (wheel, test, bench) the reader its command layers with."""
     messages = []
     with pytest.raises(SettingsError) as info:
         parse_config(project(table, values), PATH)
@@ -63,6 +63,11 @@ def refusals(table: str, values: dict[str, Any]) -> list[str]:
     if table == "tool.cpubuild.wheel":
         with pytest.raises(SettingsError) as info:
             layer_options(pyproject=values, environ={}, cli={}, project=ROOT, cwd=ROOT)
+        messages.append(str(info.value))
+    if getattr(TABLES[table], "layered", False):  # wheel, test, bench: the reader their commands layer with
+        with pytest.raises(SettingsError) as info:
+            layer(TABLES[table], pyproject=values, pyproject_path=PATH, table_name=table, environ={}, cli={},
+                  project=ROOT, cwd=ROOT)
         messages.append(str(info.value))
     return messages
 
@@ -145,3 +150,36 @@ def test_isa_names_keep_any_case_as_before() -> None:
     assert layer_options(pyproject={}, environ={}, cli={"isa": ("AVX2,amx;neon",)}, project=ROOT, cwd=ROOT).isa == ("AVX2", "amx;neon")
     with pytest.raises(SettingsError, match="option --isa"):
         layer_options(pyproject={}, environ={}, cli={"isa": ("avx2 rm",)}, project=ROOT, cwd=ROOT)
+
+
+def test_test_and_bench_layer_with_their_own_variables() -> None:
+    from cpubuild.settings import BenchSettings, EmulatedTestSettings
+
+    def test_table(**kw: Any) -> Any:
+        return layer(EmulatedTestSettings, pyproject_path=PATH, table_name="tool.cpubuild.test", project=ROOT, cwd=ROOT,
+                     **kw)
+
+    opts = test_table(pyproject={"cpu": "Haswell", "checks": False}, cli={"expect": "auto"},
+                      environ={"CPUBUILD_TEST_CPU": "SandyBridge", "CPUBUILD_ARCH": "aarch64"})  # wheel's variable
+    assert (opts.arch, opts.cpu, opts.checks, opts.expect) == (None, "SandyBridge", False, "auto")
+    assert [f.env for f in fields_of(EmulatedTestSettings)][:2] == ["CPUBUILD_TEST_ARCH", "CPUBUILD_TEST_CPU"]
+
+    def bench_table(**kw: Any) -> Any:
+        return layer(BenchSettings, pyproject_path=PATH, table_name="tool.cpubuild.bench", project=ROOT, cwd=ROOT, **kw)
+
+    opts = bench_table(pyproject={"variants": "avx2, avx512"}, environ={"CPUBUILD_BENCH_ROOFLINE": "off"},
+                       cli={"variants": ("avx2",)})
+    assert (opts.variants, opts.roofline) == (("avx2",), False)
+    with pytest.raises(SettingsError, match="command line: option --variants: must be a non-empty list"):
+        bench_table(pyproject={}, environ={}, cli={"variants": ("",)})
+
+
+def test_test_needs_arch_and_cpu_from_some_layer(tmp_path: Path) -> None:
+    from cpubuild.emulate.testrun import layer_test_options
+    from cpubuild.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--cpu is required \(or \[tool.cpubuild.test\] cpu, CPUBUILD_TEST_CPU\)"):
+        layer_test_options(project_dir=None, wheel=tmp_path / "x.whl", cli={"arch": "x86_64"}, environ={}, cwd=tmp_path)
+    opts, project = layer_test_options(project_dir=None, wheel=tmp_path / "x.whl", cli={"arch": "x86_64"},
+                                       environ={"CPUBUILD_TEST_CPU": "Haswell"}, cwd=tmp_path)
+    assert (opts.arch, opts.cpu, project) == ("x86_64", "Haswell", None)

@@ -13,8 +13,9 @@ library only: the CMake bridge reads it inside isolated builds.
 
 Every key and sub-table is declared once in cpubuild.settings (model.py);
 this module derives the project facts. Sub-tables: [tool.cpubuild.wheel]
-(wheelbuild.options), [tool.cpubuild.ci] (commands.ci), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare
-metal under Bochs 3.0).
+(wheelbuild.options), [tool.cpubuild.test] (emulate.testrun), [tool.cpubuild.bench] (bench.run),
+[tool.cpubuild.ci] (workflow.render), [tool.cpubuild.baremetal] (emulate.amx: the GEMM run bare metal under
+Bochs 3.0).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class ProjectConfig:
     benchmark: Command | None
     source: Path | None  # the package's source directory, when declared
     static_version: str | None  # [project] version, when not dynamic
-    tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, ci, baremetal), as written
+    tables: dict[str, Any] = field(hash=False, default_factory=dict)  # the sub-tables (wheel, test, bench, ci, baremetal), as written
     settings: CpubuildSettings = field(hash=False, default_factory=CpubuildSettings)  # all, typed
     repair_exclude: tuple[RepairExclude, ...] = ()  # libraries the wheel must not carry (repairexclude.py)
 

@@ -150,6 +150,15 @@ def load_project(root: Path) -> Project:
     return Project(root=root, pyproject=data, config=config)
 
 
+def nearest_project(cwd: Path | None = None) -> Project | None:
+    """The nearest project at or above the working directory (its contract validated), or None."""
+    here = (cwd or Path.cwd()).resolve()
+    for root in (here, *here.parents):
+        if _is_project(root):
+            return load_project(root)
+    return None
+
+
 def find_project(start: Path | None, *, cwd: Path | None = None) -> Project:
     """`start` (if given) must be a project; else the nearest one at or above the working directory."""
     if start is not None:
@@ -157,10 +166,10 @@ def find_project(start: Path | None, *, cwd: Path | None = None) -> Project:
         if not (root / PYPROJECT).is_file():
             raise UsageError(f"--project {start}: no {PYPROJECT} there (a cpubuild project has pyproject.toml + {DEFAULT_MATRIX}; `cpubuild init DIR` makes one)")
         return load_project(root)
+    project = nearest_project(cwd)
+    if project is not None:
+        return project
     here = (cwd or Path.cwd()).resolve()
-    for root in (here, *here.parents):
-        if _is_project(root):
-            return load_project(root)
     raise UsageError(
         f"not inside a cpubuild project: no {PYPROJECT} with {DEFAULT_MATRIX} at or above {here}; "
         "pass --project DIR, or create one with `cpubuild init DIR --name NAME`"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
+from ..index import open_storage
 from ..index.names import resolve_commit
 from ..index.publish import publish
-from ..index.storage import open_storage
 from ..index.wheelcheck import limits_from
 from ..index.wheelfile import read_wheel
 

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ from typing import Any
 from ..contract import ContractError
 from ..errors import ToolMissingError, UsageError
 from ..hardware import Arch, hardware
-from ..project import find_project
+from ..project import Project, find_project, nearest_project
 from ..runtime.select import env_names
+from ..settings import EmulatedTestSettings, layer
 from ..toolchain.tools import find_tool
 from ..toolchain.wheelzip import inspect
 from .rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qemu_arch, installed_wheel
@@ -378,14 +379,14 @@ def run_bochs(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str 
 AMX_CPU = "bochs:sapphire_rapids"
 
 
-def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str | None, project_dir: Path | None,
+def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced: str | None, project: Project | None,
                     say: Any) -> Outcome:
     """`--cpu bochs:sapphire_rapids`: the project's GEMM, built per variant with the
     matrix's flags into a bare-metal image, run under Bochs 3.0 (cpubuild.emulate.amx)."""
     from ..matrix import load_matrix
     from . import amx
 
-    project = find_project(project_dir)
+    project = project or find_project(None)
     matrix = load_matrix(project.matrix_path)
     try:
         harness = amx.harness_config(project.config, matrix)
@@ -414,24 +415,31 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
                    checks=run.to_json(), checks_skipped=None, problems=tuple(problems), seconds=seconds)
 
 
-def run_test(
-    *,
-    arch_name: str,
-    cpu: str,
-    wheel: Path | None,
-    forced: str | None,
-    expect: str | None,
-    checks: bool,
-    project_dir: Path | None,
-    wheelhouse: Path | None,
-    say: Callable[[str], None],
-) -> Outcome:
+def layer_test_options(*, project_dir: Path | None, wheel: Path | None, cli: Mapping[str, Any], environ: Mapping[str, str],
+                 cwd: Path) -> tuple[EmulatedTestSettings, Project | None]:
+    """[tool.cpubuild.test] < CPUBUILD_TEST_* < the command line, and the project they came from: the one
+    given, else the nearest one (required when no wheel is given; a wheel outside any project needs none)."""
+    project = find_project(project_dir, cwd=cwd) if project_dir is not None or wheel is None else nearest_project(cwd)
+    options: EmulatedTestSettings = layer(
+        EmulatedTestSettings, pyproject=(project.tool("cpubuild", "test") or {}) if project else {},
+        pyproject_path=(project.root if project else cwd) / "pyproject.toml", table_name="tool.cpubuild.test",
+        environ=environ, cli=cli, project=project.root if project else cwd, cwd=cwd)
+    for name in ("arch", "cpu"):
+        if getattr(options, name) is None:
+            raise UsageError(f"--{name} is required (or [tool.cpubuild.test] {name}, CPUBUILD_TEST_{name.upper()})")
+    return options, project
+
+
+def run_test(options: EmulatedTestSettings, *, wheel: Path | None, project: Project | None,
+             say: Callable[[str], None]) -> Outcome:
     """One `cpubuild test` run: finds and checks the wheel, then runs it under qemu-user,
     Bochs 2.7 or (bochs:sapphire_rapids) the bare-metal AMX harness."""
-    arch = hardware().arches[hardware().resolve_arch(arch_name)]
+    assert options.arch is not None and options.cpu is not None  # layer_test_options requires them
+    cpu, forced, expect, checks = options.cpu, options.force_variant, options.expect, options.checks
+    arch = hardware().arches[hardware().resolve_arch(options.arch)]
     if wheel is None:
-        project = find_project(project_dir)
-        wheel = find_wheel(arch.name, wheelhouse or project.root / "wheelhouse", project.config.wheel_name)
+        assert project is not None  # layer_test_options found it
+        wheel = find_wheel(arch.name, options.wheelhouse or project.root / "wheelhouse", project.config.wheel_name)
     elif not wheel.is_file():
         raise UsageError(f"wheel {wheel} does not exist")
     if wheel_arch(wheel) != arch.name:
@@ -444,7 +452,7 @@ def run_test(
         if expect is not None:
             raise UsageError(f"--cpu {cpu} runs the GEMM bare metal (no dispatcher): --expect does not apply")
         return run_amx_harness(arch=arch, cpu=cpu, wheel=wheel.resolve(), target=target, forced=forced,
-                               project_dir=project_dir, say=say)
+                               project=project, say=say)
     if expect == AUTO:
         expect = expected_variant(arch.name, cpu, target)
     for label, value in (("--force-variant", forced), ("--expect", expect)):

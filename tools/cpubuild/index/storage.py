@@ -334,21 +334,3 @@ def _fsync_fd(fd: int) -> None:
     except OSError as exc:  # some file systems refuse directory fsync
         if exc.errno not in (errno.EINVAL, errno.EBADF):
             raise
-
-
-def open_storage(dest: str) -> Storage:
-    """A directory path, file:// URL or s3://bucket/prefix."""
-    if dest.startswith("s3://"):
-        from .s3 import S3Storage
-
-        return S3Storage.from_url(dest)
-    if dest.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        dest = unquote(urlparse(dest).path)
-    elif "://" in dest:
-        raise PublishError(f"unsupported index destination {dest!r}: use a directory or s3://bucket/prefix")
-    root = Path(dest)
-    if root.exists() and not root.is_dir():
-        raise PublishError(f"{root} exists and is not a directory")
-    return LocalStorage(root)

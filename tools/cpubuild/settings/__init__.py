@@ -14,14 +14,16 @@ from .model import (
     SWITCHES,
     TABLES,
     BaremetalSettings,
+    BenchSettings,
     CiSettings,
     CpubuildSettings,
+    EmulatedTestSettings,
     WheelSettings,
 )
 from .reader import Field, fields_of, layer, read_table, split_list
 
 __all__ = [
-    "DEFAULT_MATRIX", "FRONTENDS", "KINDS", "SWITCHES", "TABLES", "BaremetalSettings", "CiSettings",
-    "CpubuildSettings", "Field", "LocatedError", "SettingsError", "WheelSettings", "fields_of", "layer",
+    "DEFAULT_MATRIX", "FRONTENDS", "KINDS", "SWITCHES", "TABLES", "BaremetalSettings", "BenchSettings", "CiSettings",
+    "CpubuildSettings", "EmulatedTestSettings", "Field", "LocatedError", "SettingsError", "WheelSettings", "fields_of", "layer",
     "read_table", "split_list",
 ]

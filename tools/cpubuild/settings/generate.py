@@ -9,13 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .model import CpubuildSettings, WheelSettings
+from .model import CpubuildSettings
 from .reader import Field, fields_of
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
 # docs file (relative to the repository) -> the tables it shows, each between markers
 DOC_TABLES = {"docs/wheels.md": ("tool.cpubuild.wheel",),
-              "docs/project.md": ("tool.cpubuild", "tool.cpubuild.ci"),
+              "docs/cross.md": ("tool.cpubuild.test",),
+              "docs/project.md": ("tool.cpubuild", "tool.cpubuild.bench", "tool.cpubuild.ci"),
               "docs/amx.md": ("tool.cpubuild.baremetal",)}
 BEGIN = "<!-- generated from cpubuild.settings: {name} (python -m cpubuild.settings --docs) -->"
 END = "<!-- end of generated table -->"
@@ -116,8 +117,8 @@ def docs_table(name: str) -> str:
     cls = {"tool.cpubuild": CpubuildSettings, **{f"tool.cpubuild.{f.key}": f.meta["table"]
                                                  for f in fields_of(CpubuildSettings) if f.kind == "table"}}[name]
     fields = fields_of(cls)
-    if cls is WheelSettings:
-        rows = ["| option | environment | `[tool.cpubuild.wheel]` | default | what |", "|---|---|---|---|---|"]
+    if getattr(cls, "layered", False):
+        rows = [f"| option | environment | `[{name}]` | default | what |", "|---|---|---|---|---|"]
         rows += [f"| {_cell(_option_text(f))} | `{f.env}` | `{f.key}` ({_type_text(f)}) | {_cell(_default_text(f))} "
                  f"| {_cell(f.help)} |" for f in fields]
     else:

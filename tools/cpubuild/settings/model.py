@@ -3,7 +3,8 @@
 Each table is a frozen dataclass; each field carries its type (the
 annotation), default, help text and checks (``setting(...)``). The TOML key
 is the field name with '-' for '_', the environment variable of a layered
-table is ``CPUBUILD_<FIELD>``, the option ``--<key>``. The reader
+table is its ``env_prefix`` + ``<FIELD>`` (``CPUBUILD_<FIELD>`` for the wheel
+table), the option ``--<key>``. The reader
 (reader.py), the JSON schema and docs tables (generate.py) and the click
 options (clickopts.py) are all derived from here. Standard library only:
 the CMake bridge reads the contract inside isolated builds.
@@ -109,6 +110,48 @@ class WheelSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EmulatedTestSettings:
+    """[tool.cpubuild.test]: defaults of `cpubuild test` (CPUBUILD_TEST_* and the command line override)."""
+
+    layered = True
+    env_prefix = "CPUBUILD_TEST_"  # not CPUBUILD_ARCH: a wheel's and a test's arch are set apart
+
+    arch: str | None = setting(None, "Target arch (x86_64, aarch64, s390x or an alias; required).", nonempty=True,
+                               metavar="ARCH", default_text="required")
+    cpu: str | None = setting(None, "qemu-user CPU model, e.g. cortex-a53, neoverse-n1, max, 'max,vxeh=off', "
+                              "Haswell; or bochs:MODEL (x86_64: bochs:tigerlake, bochs:corei7_icelake_u, "
+                              "bochs:corei7_skylake_x) for Bochs 2.7 full-system runs; bochs:sapphire_rapids runs the "
+                              "project's GEMM C ABI ([tool.cpubuild.baremetal]) bare metal under Bochs 3.0 "
+                              "(docs/amx.md); required.", nonempty=True, metavar="MODEL", default_text="required")
+    force_variant: str | None = setting(None, "Force a variant (<PREFIX>_ISA) inside the emulated run.",
+                                        nonempty=True, metavar="NAME")
+    expect: str | None = setting(None, "Fail unless the dispatcher selects this variant; 'auto': the best one the "
+                                 "CPU model runs, by cpubuild's hardware data.", nonempty=True, metavar="NAME")
+    checks: bool = setting(True, "Run the project's selftest, not only the selection report (default: on).")
+    wheelhouse: Path | None = setting(None, "Where to look for the wheel when WHEEL is not given.", nonempty=True,
+                                      metavar="DIR", default_text="<project>/wheelhouse")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchSettings:
+    """[tool.cpubuild.bench]: defaults of `cpubuild bench` (CPUBUILD_BENCH_* and the command line override)."""
+
+    layered = True
+    env_prefix = "CPUBUILD_BENCH_"
+
+    variants: tuple[str, ...] = setting((), "Variants to time (repeatable, comma-separated; default: every one this "
+                                        "CPU runs).", nonempty=True, pattern=r"[A-Za-z][A-Za-z0-9_]*",
+                                        comma_list=True, metavar="NAME[,NAME]", default_text="every one this CPU runs")
+    python: str | None = setting(None, "The interpreter the package is installed in (a path or a name on PATH); "
+                                 "the benchmark runs there.", nonempty=True, metavar="PATH",
+                                 default_text="cpubuild's")
+    plot: Path | None = setting(None, "Draw the speedup ladder per op and the roofline into this image (e.g. "
+                                "ladder.png).", nonempty=True, metavar="FILE")
+    roofline: bool = setting(True, "Measure this host's limits (peaks, bandwidth) and each record's share of its "
+                             "bound (default: on).")
+
+
+@dataclass(frozen=True, kw_only=True)
 class CiSettings:
     """[tool.cpubuild.ci]: what `cpubuild ci` renders into the workflow."""
 
@@ -173,9 +216,12 @@ class CpubuildSettings:
             "requires = the requirement that provides it, a Requires-Dist}; torch's own are excluded for torch "
             "projects without being listed.", record_keys=("library", "requires"), record_required=("library",))
     wheel: WheelSettings = table("Defaults of `cpubuild wheel` (docs/wheels.md).", WheelSettings)
+    test: EmulatedTestSettings = table("Defaults of `cpubuild test` (docs/cross.md).", EmulatedTestSettings)
+    bench: BenchSettings = table("Defaults of `cpubuild bench` (docs/project.md).", BenchSettings)
     ci: CiSettings = table("What `cpubuild ci` renders (docs/project.md).", CiSettings)
     baremetal: BaremetalSettings = table("The bare-metal AMX harness (docs/amx.md).", BaremetalSettings)
 
 
 TABLES: dict[str, type] = {"tool.cpubuild": CpubuildSettings, "tool.cpubuild.wheel": WheelSettings,
+                           "tool.cpubuild.test": EmulatedTestSettings, "tool.cpubuild.bench": BenchSettings,
                            "tool.cpubuild.ci": CiSettings, "tool.cpubuild.baremetal": BaremetalSettings}

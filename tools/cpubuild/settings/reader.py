@@ -34,6 +34,7 @@ class Field:
     kind: str  # str, int, bool, strs, path, table, records (a list of tables of strings)
     default: Any
     meta: Mapping[str, Any]
+    env_prefix: str = ENV_PREFIX  # the table's: CPUBUILD_ (wheel), CPUBUILD_TEST_, CPUBUILD_BENCH_
 
     @property
     def key(self) -> str:
@@ -41,7 +42,7 @@ class Field:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
+        return self.env_prefix + self.name.upper()
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -54,12 +55,13 @@ class Field:
 
 def fields_of(cls: type) -> tuple[Field, ...]:
     out = []
+    prefix = str(getattr(cls, "env_prefix", ENV_PREFIX))
     for f in dataclasses.fields(cls):
         if "table" in f.metadata:
             out.append(Field(name=f.name, kind="table", default=None, meta=f.metadata))
             continue
         kind = KINDS[str(f.type)]
-        out.append(Field(name=f.name, kind=kind, default=f.default, meta=f.metadata))
+        out.append(Field(name=f.name, kind=kind, default=f.default, meta=f.metadata, env_prefix=prefix))
     return tuple(out)
 
 
