@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..cache import digest
+from ..contract import read_pyproject
 from ..errors import BuildFailedError, UsageError
+from ..licenses import unmatched_license_files
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
 from ..progress import locked
@@ -57,7 +59,11 @@ def failure_message(*, stage: str | None, target: str | None, returncode: int) -
 
 
 def preflight(plan: BuildPlan, platform: Platform, matrix: Matrix, environ: Mapping[str, str]) -> Toolchain:
-    """Tools present, compilers identified, every requested variant's flags accepted."""
+    """Licence files present, tools present, compilers identified, every requested variant's flags accepted."""
+    unmatched = unmatched_license_files(plan.project, read_pyproject(plan.project / "pyproject.toml"))
+    if unmatched:
+        raise UsageError(f"{plan.project / 'pyproject.toml'}: [project] license-files: {unmatched[0]!r} matches no file "
+                         "(a vendored library's licence comes with its sources: fetch them first)")
     arch = matrix.arches[plan.arch]
     require_all([*platform.requirements(arch), frontend.requirement(plan.frontend)])
     toolchain = platform.toolchain(arch, environ)
