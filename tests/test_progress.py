@@ -58,6 +58,23 @@ def test_a_step_prints_start_periodic_and_end_lines_off_a_terminal() -> None:
     assert lines[-2:] == ["failing things ...", lines[-1]] and lines[-1].startswith("failing things: failed after ")
 
 
+def test_image_build_steps_get_a_heartbeat_in_a_log() -> None:
+    """Off a terminal a long image build step prints `label ... N s` until it finishes; a step
+    that never finishes (a failed build) stops ticking when the build's live display ends."""
+    code = ("import time\nfrom rich.console import Console\nfrom cpubuild.docker.buildlog import Step\n"
+            "from cpubuild.docker.progress import ConsoleProgress\n"
+            "p = ConsoleProgress(Console(stderr=True), prefix='[x86_64] ')\n"
+            "s = Step(number=1, total=2, instruction='RUN apt-get install', stage='build')\n"
+            "with p.live('image'):\n    p.step_started(s); time.sleep(1.3); p.step_finished(s)\n"
+            "    p.step_started(s); time.sleep(0.7)\ntime.sleep(2.5)\n")
+    lines = run([sys.executable, "-c", code], env=env(CPUBUILD_PROGRESS_INTERVAL="0.5")).stderr.splitlines()
+    label = "[x86_64] [build 1/2] RUN apt-get install"
+    assert lines[0].startswith(f"{label} ... ") and lines[0].endswith(" s")
+    finished = next(i for i, line in enumerate(lines) if line.endswith("  [build 1/2] RUN apt-get install"))
+    assert all(line.startswith(f"{label} ... ") for line in lines[:finished])
+    assert len(lines) - finished - 1 <= 2  # the unfinished step ticked in 0.7 s, not in the 2.5 s after the display ended
+
+
 def test_waiting_for_another_process_s_rootfs_lock(tmp_path: Path) -> None:
     """A second ensure_rootfs waits for the first's lock, says so with the elapsed time, then uses its tree."""
     require(os.geteuid() == 0, "ensure_rootfs needs root (debootstrap, chroot)")
