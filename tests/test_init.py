@@ -229,6 +229,7 @@ def test_minimal_template_is_one_function_in_two_files(tmp_path: Path) -> None:
     assert b"my_sum_dot_f32" in (dot / "csrc" / "my_sum.c").read_bytes()
 
 
+@pytest.mark.slow
 def test_minimal_template_to_installed_dispatching_wheel(public_cpubuild: PublicCpubuild,  # noqa: F811
                                                          tmp_path: Path) -> None:
     """`init --template minimal`, `wheel`, install: the project's own tests pass and the best variant runs."""
