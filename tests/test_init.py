@@ -150,6 +150,7 @@ def test_force_writes_into_a_nonempty_directory(tmp_path: Path) -> None:
     (["--name", "dotlib", "--arch", "riscv64"], "unknown arch"),
     (["--name", "dotlib", "--arch", "x86_64,s390x"], "no template for s390x"),
     (["--name", "dotlib", "--arch", ","], "at least one arch"),
+    (["--name", "dotlib", "--kind", "torch", "--template", "minimal"], "disagree"),
 ], ids=lambda v: "_".join(v) if isinstance(v, list) else None)
 def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "new" / "proj"
@@ -212,3 +213,39 @@ def test_init_build_install_and_its_own_tests_pass(public_cpubuild: PublicCpubui
     report = json.loads(run([str(python), "-m", "my_dots", "--json"], cwd=tmp_path, env=env).stdout)
     assert report["selected"] == oracle_ranking(matrix, summary["wheel"]["variants"])[0]
     assert report["env_prefix"] == "MY_DOTS"
+
+
+def test_minimal_template_is_one_function_in_two_files(tmp_path: Path) -> None:
+    """Replacing the minimal template's code touches the C file and the binding: the function's
+    C name appears only in those two, and --kind ctypes still means the dot template."""
+    out = tmp_path / "proj"
+    proc = cpubuild("init", str(out), "--name", "my-sum", "--template", "minimal", cwd=tmp_path, check=True)
+    assert "(minimal template)" in proc.stdout
+    files = tree(out)
+    assert [rel for rel, data in files.items() if b"my_sum_checksum" in data] == ["csrc/my_sum.c", "src/my_sum/__init__.py"]
+    assert load_project(out).cmake_problems() == []
+    dot = tmp_path / "dot"
+    cpubuild("init", str(dot), "--name", "my-sum", "--kind", "ctypes", cwd=tmp_path, check=True)
+    assert b"my_sum_dot_f32" in (dot / "csrc" / "my_sum.c").read_bytes()
+
+
+@pytest.mark.slow
+def test_minimal_template_to_installed_dispatching_wheel(public_cpubuild: PublicCpubuild,  # noqa: F811
+                                                         tmp_path: Path) -> None:
+    """`init --template minimal`, `wheel`, install: the project's own tests pass and the best variant runs."""
+    require_tool("cmake")
+    project = tmp_path / "my-sum"
+    public_cpubuild.cli("init", str(project), "--name", "my-sum", "--template", "minimal", cwd=tmp_path)
+    _, summary = public_cpubuild.json("wheel", "--project", str(project), "--build-root", str(tmp_path / "build"),
+                                      cwd=tmp_path)
+    assert summary["ok"], summary
+    matrix = load_matrix(project / "isa_matrix.toml")
+    assert sorted(summary["wheel"]["variants"]) == sorted(v.name for v in matrix.variants_for(ARCH))
+    python = fresh_venv(tmp_path / "venv", summary["wheel"]["path"], "pytest")
+    env = clean_env()
+    tests = nested_pytest(python, project, env=env)
+    assert " passed" in tests.stdout and "failed" not in tests.stdout
+    report = json.loads(run([str(python), "-m", "my_sum", "--json"], cwd=tmp_path, env=env).stdout)
+    assert report["selected"] == oracle_ranking(matrix, summary["wheel"]["variants"])[0]
+    selftest = json.loads(run([str(python), "-m", "my_sum.selftest", "--json"], cwd=tmp_path, env=env).stdout)
+    assert selftest["failed"] == 0 and selftest["passed"] > 0 and selftest["variant"] == report["selected"]

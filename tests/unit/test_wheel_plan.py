@@ -220,7 +220,10 @@ def test_all_variant_plan() -> None:
 
 def test_no_ccache_means_no_launcher() -> None:
     plan = plan_for([], ccache=None)
-    assert not any("LAUNCHER" in key for key in plan.config_settings)
+    # set, and empty: a reused build directory must not keep an earlier build's launcher
+    assert {k: v for k, v in plan.config_settings.items() if "LAUNCHER" in k} == {
+        "cmake.define.CMAKE_C_COMPILER_LAUNCHER": "", "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER": ""}
+    assert plan.config_settings["cmake.define.CPUBUILD_PATH_TOKENS"] == "OFF"
     assert "CCACHE_IGNOREOPTIONS" not in plan.env and "CCACHE_BASEDIR" not in plan.env
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
 
@@ -39,3 +42,12 @@ def license_text(expression: str, *, holder: str) -> str | None:
     # SOURCE_DATE_EPOCH keeps generated projects reproducible
     year = time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", "") or time.time())).tm_year
     return text.replace("{{year}}", str(year)).replace("{{holder}}", holder)
+
+
+def unmatched_license_files(project: Path, pyproject: Mapping[str, Any]) -> list[str]:
+    """`[project] license-files` patterns that match no file under `project` (PEP 639: each must
+    match one; a vendored library's licence is missing until its sources are fetched)."""
+    patterns = pyproject.get("project", {}).get("license-files")
+    if not isinstance(patterns, list):
+        return []
+    return [p for p in patterns if isinstance(p, str) and not any(f.is_file() for f in project.glob(p))]

@@ -27,6 +27,7 @@ from pathlib import Path
 from .cache import cache_dir
 from .errors import UsageError
 from .hardware import Arch
+from .progress import step
 
 # What of a torch wheel a build needs.
 BUILD_MEMBERS = ("torch/include/", "torch/lib/", "torch/version.py")
@@ -204,7 +205,8 @@ def _pip_download(requirement: str, platform: str, python: str, dest: Path) -> s
     not for --platform: fetch_with_dependencies walks them itself)."""
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--only-binary", ":all:",
            "--platform", platform, "--python-version", python, "--implementation", "cp", "-d", str(dest), requirement]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    with step(f"pip download {requirement} ({platform}, CPython {python})"):
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
 
 
 def _download(version: str, platform: str, python: str = PYTHON) -> Path:

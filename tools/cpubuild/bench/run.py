@@ -11,6 +11,7 @@ on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchmarkError, ToolMissingError, UsageError
+from ..progress import step
 from ..project import Project
 from ..settings import BenchSettings, layer
 from ..toolchain.tools import find_user_program
@@ -81,7 +83,8 @@ def measure(project: Project, variants: Sequence[str], args: Sequence[str], *, q
     assert config.benchmark is not None
     script = project.root / config.benchmark.target
     cmd = [python, str(script), *config.benchmark.args, "--variants", ",".join(variants), *args]
-    proc = subprocess.run(cmd, env=timing.preload_env(), capture_output=True, text=True, cwd=project.root)
+    with contextlib.nullcontext() if quiet else step(f"benchmark {config.benchmark.target}: {', '.join(variants)}"):
+        proc = subprocess.run(cmd, env=timing.preload_env(), capture_output=True, text=True, cwd=project.root)
     if not quiet:
         sys.stderr.write(proc.stderr)
     if proc.returncode == 2:  # the benchmark's own usage error
@@ -132,8 +135,9 @@ def measure_limits(project: Project, report: dict[str, Any], variants: Sequence[
     cc = os.environ.get("CC") or "cc"
     infos = variant_infos(project, report, variants, roofline.compiler_family(cc))
     say = None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    return roofline.measure(arch=str(report.get("arch")), variants=infos, dtypes=dtypes, threads=threads, cc=cc,
-                            progress=say)
+    with contextlib.nullcontext() if quiet else step("roofline: measuring this host's peaks and bandwidth"):
+        return roofline.measure(arch=str(report.get("arch")), variants=infos, dtypes=dtypes, threads=threads, cc=cc,
+                                progress=say)
 
 
 def layer_bench_options(project: Project, *, cli: Mapping[str, Any], environ: Mapping[str, str], cwd: Path) -> BenchSettings:

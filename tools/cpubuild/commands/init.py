@@ -1,13 +1,16 @@
-"""`cpubuild init DIR --name NAME [--kind ctypes|torch] [--arch x86_64,aarch64] [--force]`:
+"""`cpubuild init DIR --name NAME [--template minimal|dot|torch] [--arch x86_64,aarch64] [--force]`:
 a new project that works as written.
 
-Writes a project from a template shipped in cpubuild/templates/<kind>:
+Writes a project from a template shipped in cpubuild/templates/<template>:
 pyproject.toml ([tool.cpubuild], the cpubuild version provider), isa_matrix.toml
 (variants of the arches asked for), CMakeLists.txt (cpubuild's CMake package),
 kernels with one code path per variant, the Python package (`python -m NAME`,
-selftest), a pytest file, a README and a .gitignore. `ctypes` (the default): a C
-kernel behind a ctypes binding. `torch`: vLLM-style ops (rms_norm,
-silu_and_mul) as a torch C++ extension, one per variant, loaded through torch.ops.
+selftest), a pytest file, a benchmark, a README and a .gitignore. `minimal`: one C
+function behind a ctypes binding (replace two files to wrap your own). `dot` (the
+default): float32 and int8 dot products with a code path per variant. `torch`:
+vLLM-style ops (rms_norm, silu_and_mul) as a torch C++ extension, one per
+variant, loaded through torch.ops. `--kind ctypes|torch` (older spelling) means
+`--template dot|torch`.
 
 NAME is the distribution name; the import package is NAME with '-' turned
 into '_', the environment prefix (PREFIX_ISA) is the package upper-cased.
@@ -32,7 +35,7 @@ from ..licenses import DEFAULT as DEFAULT_LICENSE
 from ..licenses import license_text, spdx_expression
 from ..runtime.select import env_names
 from ..settings import split_list
-from ..templates import read_template, render, render_project
+from ..templates import DEFAULT_TEMPLATE, TEMPLATES, render, render_project, source_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,7 +106,16 @@ def variant_summary(matrix_text: str) -> str:
     return "; ".join(f"{arch}: {', '.join(names)}" for arch, names in per_arch.items())
 
 
-def project_files(names: Names, arches: tuple[str, ...], kind: str = "ctypes",
+def template_for(template: str | None, kind: str | None) -> str:
+    """--template, or the template --kind names (ctypes: dot); both must agree."""
+    by_kind = {"ctypes": "dot", "torch": "torch"}
+    if template is not None and kind is not None and TEMPLATES[template][0] != kind:
+        raise UsageError(f"--kind {kind} and --template {template} disagree ({template} writes a "
+                         f"{TEMPLATES[template][0]} project); pass only --template")
+    return template or (by_kind[kind] if kind else DEFAULT_TEMPLATE)
+
+
+def project_files(names: Names, arches: tuple[str, ...], template: str = DEFAULT_TEMPLATE,
                   license: str = DEFAULT_LICENSE) -> dict[str, str]:
     """Relative path -> content of every file of the new project (LICENSE for the ids cpubuild has a text for)."""
     expression = spdx_expression(license)
@@ -115,10 +127,11 @@ def project_files(names: Names, arches: tuple[str, ...], kind: str = "ctypes",
         "prefix": names.prefix,
         "wheel_name": names.wheel_name,
         "cpubuild_requirement": cpubuild_requirement(),
+        "description": TEMPLATES[template][1],
     }
     flags = {arch: arch in arches for arch in TEMPLATE_ARCHES} | {"license_file": text is not None}
-    values["variant_list"] = variant_summary(render(read_template(kind, "isa_matrix.toml.tmpl"), values, flags))
-    files = render_project(kind, values, flags)
+    values["variant_list"] = variant_summary(render(source_of(template, "isa_matrix.toml"), values, flags))
+    files = render_project(template, values, flags)
     if text is not None:
         files["LICENSE"] = text
     return files
@@ -152,16 +165,19 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
 @click.command(name="init")
 @click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
 @click.option("--name", required=True, help="Distribution name; the import package is NAME with '-' -> '_'.")
-@click.option("--kind", type=click.Choice(KINDS), default="ctypes", show_default=True,
-              help="ctypes: a C kernel behind a ctypes binding; torch: torch.ops extensions (needs torch to build).")
+@click.option("--template", type=click.Choice(tuple(TEMPLATES)), default=None,
+              help=f"minimal: one C function behind a ctypes binding; dot: dot products with a code path per "
+                   f"variant; torch: torch.ops extensions (needs torch to build). Default: {DEFAULT_TEMPLATE}.")
+@click.option("--kind", type=click.Choice(KINDS), default=None,
+              help="ctypes (= --template dot) or torch (= --template torch).")
 @click.option("--arch", "arches", multiple=True, metavar="ARCH[,ARCH]",
               help=f"Arches to write variants for (default: {','.join(TEMPLATE_ARCHES)}).")
 @click.option("--license", "license_id", default=DEFAULT_LICENSE, show_default=True, metavar="SPDX",
               help="SPDX licence expression for pyproject.toml; Apache-2.0 and MIT also get their text as LICENSE.")
 @click.option("--force", is_flag=True, help="Write into a non-empty DIR (replacing files of the same names).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], license_id: str, force: bool,
-            quiet: bool) -> None:
+def command(directory: Path, name: str, template: str | None, kind: str | None, arches: tuple[str, ...],
+            license_id: str, force: bool, quiet: bool) -> None:
     """Create a new project in DIR: kernels, ISA variants, Python package, selftest, tests, README.
 
     The project builds as written: `cpubuild wheel --project DIR`, then
@@ -169,14 +185,16 @@ def command(directory: Path, name: str, kind: str, arches: tuple[str, ...], lice
     """
     names = project_names(name)
     chosen = parse_arches(arches or (",".join(TEMPLATE_ARCHES),))
-    files = project_files(names, chosen, kind, license_id)
+    template = template_for(template, kind)
+    kind = TEMPLATES[template][0]
+    files = project_files(names, chosen, template, license_id)
     check_target(directory, files, force=force)
     write_files(directory, files)
     if quiet:
         return
     for rel in files:
         click.echo(f"wrote {directory / rel}")
-    click.echo(f"\n{names.dist}: {kind} project, package {names.package}, variants for {', '.join(chosen)}, "
+    click.echo(f"\n{names.dist}: {kind} project ({template} template), package {names.package}, variants for {', '.join(chosen)}, "
                f"{env_names(names.prefix)[0]} forces a variant. Next:")
     click.echo(f"  cpubuild wheel --project {directory} --install python3" + ("    # against this Python's torch, or --torch X.Y.Z" if kind == "torch" else ""))
     click.echo(f"  python3 -m pip install pytest && (cd {directory} && python3 -m pytest)")

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from ..progress import heartbeat
 from .buildlog import Step
 
 
@@ -24,11 +25,15 @@ class ConsoleProgress:
         self.prefix = prefix
         self._status: Status | None = None
         self._started = time.monotonic()
+        self._stop_heartbeat: Callable[[], None] | None = None
 
     @contextlib.contextmanager
     def live(self, title: str) -> Iterator[ConsoleProgress]:
         if self.verbosity < 0 or not self.console.is_terminal:
-            yield self
+            try:
+                yield self
+            finally:
+                self._end_heartbeat()  # a failed step is never finished
             return
         with self.console.status(escape(title)) as status:
             self._status = status
@@ -44,6 +49,14 @@ class ConsoleProgress:
     def step_started(self, step: Step) -> None:
         self._started = time.monotonic()
         self._update(f"{self.prefix}{step.label}")
+        if self.verbosity >= 0 and not self.console.is_terminal:  # a log: a line now and then, no silent minutes
+            self._end_heartbeat()
+            self._stop_heartbeat = heartbeat(f"{self.prefix}{step.label}")
+
+    def _end_heartbeat(self) -> None:
+        if self._stop_heartbeat is not None:
+            self._stop_heartbeat()
+            self._stop_heartbeat = None
 
     def step_output(self, step: Step | None, line: str) -> None:
         if self.verbosity >= 1:
@@ -52,6 +65,7 @@ class ConsoleProgress:
             self._update(f"{self.prefix}{step.label}  | {line.strip()}")
 
     def step_finished(self, step: Step) -> None:
+        self._end_heartbeat()
         if self.verbosity < 0:
             return
         took = "cached" if step.cached else f"{time.monotonic() - self._started:5.1f}s"

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from .. import torchdist
 from ..cache import cache_dir
-from ..emulate.rootfs import DEFAULT_SUITE, Log, locked
+from ..emulate.rootfs import DEFAULT_SUITE, Log
 from ..errors import UsageError
 from ..hardware import Arch
+from ..progress import locked
 
 SUITE_PYTHON = {"bookworm": "3.11"}  # the python3 of the Debian suite images are based on
 STAMP = "set.json"
@@ -81,7 +82,7 @@ def torch_wheels(version: str, arch: Arch, python: str, *, log: Log = print) -> 
     stamp = folder / STAMP
     if not stamp.is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with locked(folder.parent / f"{folder.name}.lock"):
+        with locked(folder.parent / f"{folder.name}.lock", f"torch {wanted}'s dependencies for {platform}"):
             if not stamp.is_file():
                 log(f"torch {wanted} for {platform} / CPython {python}: fetching its dependencies (once)")
                 with tempfile.TemporaryDirectory(prefix=".fetch-", dir=folder.parent) as tmp:

@@ -48,8 +48,9 @@ from typing import BinaryIO
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
 from ..hardware import hardware
+from ..progress import locked, step
 from ..toolchain.tools import find_tool
-from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, locked, unpack_wheel
+from .rootfs import RootfsSpec, cache_dir, ensure_rootfs, unpack_wheel
 
 Log = Callable[[str], None]
 
@@ -148,13 +149,14 @@ def ensure_kernel(cache: Path, log: Log = print) -> Path:
     final = base / f"{package}_{version}" / "vmlinuz"
     if final.is_file():
         return final
-    with locked(base / "kernel.lock"):
+    with locked(base / "kernel.lock", "the Bochs guest kernel"):
         if final.is_file():
             return final
         base.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".tmp-kernel-", dir=base) as tmp:
             log(f"bochs: apt-get download {package}={version} (once; cached)")
-            _run(["apt-get", "download", f"{package}={version}"], cwd=Path(tmp))
+            with step(f"bochs: apt-get download {package}={version}"):
+                _run(["apt-get", "download", f"{package}={version}"], cwd=Path(tmp))
             deb = next(Path(tmp).glob("*.deb"))
             _run(["dpkg-deb", "-x", str(deb), str(Path(tmp) / "x")])
             images = sorted((Path(tmp) / "x" / "boot").glob("vmlinuz-*"))
@@ -232,7 +234,7 @@ def ensure_base_initramfs(cache: Path, log: Log = print) -> Path:
     final = base / f"rootfs-{key}.cpio"
     if final.is_file():
         return final
-    with locked(base / "initramfs.lock"):
+    with locked(base / "initramfs.lock", "the Bochs guest tree"):
         if final.is_file():
             return final
         for leftover in base.glob(".tmp-rootfs-*.cpio"):
@@ -240,7 +242,7 @@ def ensure_base_initramfs(cache: Path, log: Log = print) -> Path:
         log(f"bochs: packing {root} into {final} (once; cached)")
         fd, tmp_name = tempfile.mkstemp(prefix=".tmp-rootfs-", suffix=".cpio", dir=base)
         try:
-            with os.fdopen(fd, "wb") as handle:
+            with os.fdopen(fd, "wb") as handle, step(f"bochs: packing the guest tree into {final.name}"):
                 writer = CpioWriter(handle)
                 tests = [str(d.relative_to(root)) for d in (root / "usr/lib/python3/dist-packages").rglob("tests")]
                 writer.tree(root, skip=(*PRUNE, *tests))

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailedError, EmulatedTestError, ToolMissingError, UsageError
+from ..progress import locked, step
 from ..toolchain.tools import find_tool
-from .rootfs import cache_dir, debian_mirror, install_tree, locked
+from .rootfs import cache_dir, debian_mirror, install_tree
 
 Log = Callable[[str], None]
 
@@ -111,7 +112,7 @@ def ensure_bochs3(cache: Path | None = None, log: Log = print) -> Bochs3:
     if find_tool("debootstrap") is None or chroot is None:
         raise ToolMissingError("debootstrap is not installed (needed once for the Bochs 3.0 tree)",
                                detail="fix: apt-get install debootstrap")
-    with locked(base / f"{SUITE}.lock"):
+    with locked(base / f"{SUITE}.lock", f"the Bochs 3.0 {SUITE} tree"):
         if _ready(root):
             return Bochs3(root=root)
         for leftover in base.glob(f".tmp-{SUITE}.*"):
@@ -119,9 +120,11 @@ def ensure_bochs3(cache: Path | None = None, log: Log = print) -> Bochs3:
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{SUITE}.", dir=base))
         try:
             log(f"bochs3: debootstrap {SUITE} + {' '.join(PACKAGES)} into {root} (once; cached)")
-            _run(["debootstrap", "--variant=minbase", SUITE, str(tmp), debian_mirror()], f"debootstrap {SUITE}")
-            _run([chroot, str(tmp), "apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
-                 f"apt-get install {' '.join(PACKAGES)} in the {SUITE} tree")
+            with step(f"bochs3: debootstrap {SUITE}"):
+                _run(["debootstrap", "--variant=minbase", SUITE, str(tmp), debian_mirror()], f"debootstrap {SUITE}")
+            with step(f"bochs3: apt-get install {' '.join(PACKAGES)}"):
+                _run([chroot, str(tmp), "apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
+                     f"apt-get install {' '.join(PACKAGES)} in the {SUITE} tree")
             version = _run([chroot, str(tmp), "dpkg-query", "-W", "-f=${Version}", "bochs"], "dpkg-query").strip()
             for path in (LOADER, BINARY, BIOS, VGABIOS):
                 if not (tmp / path).exists():

@@ -14,7 +14,6 @@ tree and pointing PYTHONPATH at it: no pip, no network, nothing left behind.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +28,7 @@ from typing import Any
 from .. import unpack
 from ..errors import BuildFailedError, ToolMissingError, UsageError
 from ..hardware import Arch
+from ..progress import locked, step
 from ..toolchain.tools import find_tool
 
 DEFAULT_CACHE = Path("/var/cache/cpubuild")
@@ -109,18 +109,6 @@ def is_ready(spec: RootfsSpec, root: Path) -> bool:
     return read_stamp(root) == spec.stamp()
 
 
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive flock on `path` (released by the kernel if the holder dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def binfmt_registered(qemu: str) -> bool:
     """True when the kernel runs `qemu`-arch ELF files through qemu-user."""
     entry = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{qemu}"
@@ -160,7 +148,7 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
     if find_tool("debootstrap") is None:
         raise ToolMissingError("debootstrap is not installed", detail="fix: apt-get install debootstrap")
     check_can_run(spec.qemu)
-    with locked(base / f"{spec.name}.lock"):
+    with locked(base / f"{spec.name}.lock", f"the {spec.name} rootfs"):
         if is_ready(spec, root):  # another caller made it while we waited
             return root
         # Holding the lock, any temporary tree of this name is a killed run's.
@@ -170,7 +158,8 @@ def ensure_rootfs(spec: RootfsSpec, *, cache: Path | None = None, log: Log = pri
         try:
             log(f"rootfs: debootstrap {spec.suite} {spec.debian_arch} into {root} (once; cached)")
             cmd = debootstrap_command(spec, tmp)
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            with step(f"rootfs: debootstrap {spec.suite} {spec.debian_arch} ({len(spec.packages)} packages)"):
+                proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise BuildFailedError(
                     f"debootstrap of the {spec.name} rootfs failed (exit {proc.returncode})",

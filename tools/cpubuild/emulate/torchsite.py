@@ -22,8 +22,9 @@ from pathlib import Path, PurePosixPath
 from .. import unpack
 from ..errors import BuildFailedError, UsageError
 from ..hardware import Arch
+from ..progress import locked
 from ..torchdist import fetch_with_dependencies, minor, release
-from .rootfs import Log, locked
+from .rootfs import Log
 
 SITE_DIR = PurePosixPath("/opt/cpubuild-torch")
 STAMP = ".cpubuild-torch.json"
@@ -48,7 +49,7 @@ def ensure_torch_site(root: Path, arch: Arch, version: str, *, log: Log = print)
     if (target / STAMP).is_file():
         return inside
     target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target.parent / f"{name}.lock"):
+    with locked(target.parent / f"{name}.lock", f"torch {version} for {arch.name} in the rootfs"):
         if (target / STAMP).is_file():
             return inside
         log(f"torch {version} for {arch.name} / CPython {python}: downloading (once, into {inside})")

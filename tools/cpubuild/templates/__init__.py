@@ -1,8 +1,9 @@
 """Project templates for `cpubuild init`, shipped as package data.
 
-A template is a directory (``ctypes/``, ``torch/``) of ``*.tmpl`` files plus
-a ``files.toml`` that says where each one goes in the new project and for
-which arches it is written (``other/NAME.tmpl`` borrows another template's file). Rendering is a tiny substitution, no template
+A template is a directory (``minimal/``, ``dot/``, ``torch/``) of ``*.tmpl``
+files plus a ``files.toml`` that says where each one goes in the new project and
+for which arches it is written (``other/NAME.tmpl`` borrows another template's
+file). Rendering is a tiny substitution, no template
 engine: ``{{key}}`` is replaced by a value, and lines between
 ``{{#flag}}`` and ``{{/flag}}`` (each marker alone on its line) are kept only
 when the flag is set (e.g. ``{{#aarch64}}``). An unknown key or an unclosed
@@ -26,6 +27,15 @@ PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 SECTION = re.compile(r"^\s*\{\{([#/])([A-Za-z_][A-Za-z0-9_]*)\}\}\s*$")
 MANIFEST = "files.toml"
 SUFFIX = ".tmpl"
+
+
+# `cpubuild init --template NAME`: the project kind each template writes, and its description.
+TEMPLATES = {
+    "minimal": ("ctypes", "one C function with one library per CPU ISA variant"),
+    "dot": ("ctypes", "float32 and int8 dot products with one library per CPU ISA variant"),
+    "torch": ("torch", "vLLM-style CPU ops (rms_norm, silu_and_mul) as torch.ops, one extension per CPU ISA variant"),
+}
+DEFAULT_TEMPLATE = "dot"
 
 
 class TemplateError(ValueError):
@@ -85,7 +95,17 @@ def template_files(kind: str) -> list[TemplateFile]:
 
 
 def read_template(kind: str, name: str) -> str:
-    return resources.files(__name__).joinpath(kind).joinpath(name).read_text(encoding="utf-8")
+    """`name` of template `kind`, or of another template when it is `other/NAME`."""
+    owner, _, base = name.rpartition("/")
+    return resources.files(__name__).joinpath(owner or kind).joinpath(base).read_text(encoding="utf-8")
+
+
+def source_of(kind: str, path: str) -> str:
+    """The template text that becomes `path` (a path without placeholders) in a project of `kind`."""
+    for item in template_files(kind):
+        if item.path == path:
+            return read_template(kind, item.source)
+    raise TemplateError(f"{kind}/{MANIFEST}: no [[file]] writes {path}")
 
 
 def render_project(kind: str, values: Mapping[str, str], flags: Mapping[str, bool]) -> dict[str, str]:
@@ -99,8 +119,7 @@ def render_project(kind: str, values: Mapping[str, str], flags: Mapping[str, boo
                 continue
         try:
             path = render(item.path, values, flags)
-            owner, _, name = item.source.rpartition("/")  # "ctypes/x.tmpl": another template's file
-            text = render(read_template(owner or kind, name), values, flags)
+            text = render(read_template(kind, item.source), values, flags)
         except TemplateError as exc:
             raise TemplateError(f"{kind}/{item.source}: {exc}") from None
         rendered[path] = text

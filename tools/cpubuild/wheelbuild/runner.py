@@ -8,23 +8,25 @@ interrupted build leaves nothing half-written there.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
 from ..cache import cache_dir, digest
 from ..cmake import CMAKE_DIR
+from ..contract import read_pyproject
 from ..errors import BuildFailedError, UsageError
+from ..licenses import unmatched_license_files
 from ..matrix import Matrix
 from ..platforms import Platform, Toolchain
+from ..progress import locked
 from ..toolchain import compilers, sharedcache, wheelzip
 from ..toolchain.repair import Repaired
 from ..toolchain.tools import require_all
@@ -35,22 +37,6 @@ from .report import Reporter, optional_flags
 LOG_TAIL_LINES = 30
 # Variables that would silently change what the backend builds.
 SCRUBBED_ENV = ("SKBUILD_BUILD_DIR",)
-
-
-@contextlib.contextmanager
-def locked(path: Path, reporter: Reporter) -> Iterator[None]:
-    """Exclusive lock on one build directory (two builds of one ISA set would corrupt it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            reporter.note(f"waiting for another build holding {path}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
@@ -75,7 +61,11 @@ def failure_message(*, stage: str | None, target: str | None, returncode: int) -
 
 
 def preflight(plan: BuildPlan, platform: Platform, matrix: Matrix, environ: Mapping[str, str]) -> Toolchain:
-    """Tools present, compilers identified, every requested variant's flags accepted."""
+    """Licence files present, tools present, compilers identified, every requested variant's flags accepted."""
+    unmatched = unmatched_license_files(plan.project, read_pyproject(plan.project / "pyproject.toml"))
+    if unmatched:
+        raise UsageError(f"{plan.project / 'pyproject.toml'}: [project] license-files: {unmatched[0]!r} matches no file "
+                         "(a vendored library's licence comes with its sources: fetch them first)")
     arch = matrix.arches[plan.arch]
     require_all([*platform.requirements(arch), frontend.requirement(plan.frontend)])
     toolchain = platform.toolchain(arch, environ)
@@ -191,7 +181,7 @@ def execute(
         build_root = plan.build_dir.parent
         log_path = build_root / "logs" / f"{plan.build_dir.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with locked(plan.build_dir.parent / f"{plan.build_dir.name}.lock", reporter):
+        with locked(plan.build_dir.parent / f"{plan.build_dir.name}.lock", f"the build directory {plan.build_dir}"):
             if plan.clean and plan.build_dir.exists():
                 shutil.rmtree(plan.build_dir)
             plan.build_dir.mkdir(parents=True, exist_ok=True)
