@@ -7,8 +7,8 @@ parametrized case, or a whole module or class skipped while being collected
 reason, unless the reason starts with `HOST_FACT` (`skip_host_fact`: what this
 CPU is, which no installation changes). The reports are rewritten inside the
 hooks that make them, so pytest counts, summarises and exits on the failure
-whatever `-r` or `addopts` says. `tests/conftest.py` and the scratch suite
-(`tests/unit/test_ci_skip_rule.py`) load these hooks.
+whatever `-r` or `addopts` says. `tools/tests/testsupport.py` and the scratch suite
+(`tools/tests/unit/test_ci_skip_rule.py`) load these hooks.
 """
 
 from __future__ import annotations

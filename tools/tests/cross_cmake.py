@@ -12,8 +12,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from conftest import REPO, run
 from cpubuild.cmake import CMAKE_DIR
+from testsupport import REPO, run
 
 
 def cached_source(build: Path) -> str | None:

@@ -1,4 +1,4 @@
-"""Shared by tests/test_hostile_*.py: the cpubuild CLI as a user runs it, a
+"""Shared by tools/tests/integration/test_hostile_*.py: the cpubuild CLI as a user runs it, a
 hash of a whole tree (equal: untouched), and the one-line-error check."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from testsupport import REPO
 
 TOOLS = str(REPO / "tools")
 

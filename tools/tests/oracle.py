@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from conftest import require
 from cpubuild.hardware import hardware, host_arch
 from cpubuild.matrix import Matrix
+from testsupport import require
 
 ARCH = host_arch()
 # XSAVE-managed state: Linux lists these only when the kernel enabled their
@@ -74,9 +74,9 @@ def support_rows(matrix: Matrix) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-if __name__ == "__main__":  # python tests/oracle.py: the live "executed here" column of the README's support table
-    from conftest import CPUKERN_MATRIX
+if __name__ == "__main__":  # python tools/tests/oracle.py: the live "executed here" column of the README's support table
     from cpubuild.matrix import load_matrix
+    from testsupport import CPUKERN_MATRIX
 
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), "unknown CPU")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_host, run
+from testsupport import REPO, require, require_host, run
 
 UV = [sys.executable, "-m", "uv"]
 # Variables that would point a Python, an installer or cpubuild at something

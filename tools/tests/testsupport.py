@@ -1,4 +1,5 @@
-"""Shared test helpers.
+"""Shared test helpers of cpubuild's tests (tools/tests) and cpukern's (tests/):
+`from testsupport import require_tool, run, REPO, ...` (pytest's `pythonpath` has tools/tests).
 
 Tests that need an external tool call `require_tool` / `require`: on a
 developer machine without it they skip with the reason; under CI=true a
@@ -22,17 +23,14 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPUKERN_MATRIX = REPO / "isa_matrix.toml"  # cpukern, the first project built with cpubuild
 
 sys.path.insert(0, str(REPO / "tools"))
 
-pytest.register_assert_rewrite("ci_skip_rule")  # a plugin (below) that this module imports first
+# The skip rule is a plugin (`-p ci_skip_rule` in addopts), not hooks of a conftest:
+# a conftest's hooks miss the reports of a folder whose own conftest skips while it is imported.
 from ci_skip_rule import HOST_FACT, in_ci, require, require_host, skip_host_fact  # noqa: E402
-
-# A plugin, not hooks of this conftest: a conftest's hooks miss the reports of
-# a folder whose own conftest skips while it is imported.
-pytest_plugins = ["ci_skip_rule"]
 
 __all__ = [
     "CPUKERN_MATRIX",

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require_tool, run
 from public_cpubuild import PublicCpubuild, public_cpubuild  # noqa: F401 (a fixture)
+from testsupport import REPO, require_tool, run
 
 pytest.importorskip("iced_x86")
 pytest.importorskip("capstone")

@@ -16,9 +16,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require_tool, run
 from cpubuild.matrix import load_matrix
 from public_cpubuild import PublicCpubuild, public_cpubuild  # noqa: F401 - the fixture
+from testsupport import REPO, require_tool, run
 
 DOTLIB = REPO / "examples" / "dotlib"
 
@@ -62,7 +62,7 @@ def test_no_tool_cpubuild_table(public_cpubuild: PublicCpubuild, tmp_path: Path)
     assert not (root / "wheelhouse").exists() and not (root / "build").exists()
 
 
-# A sample of the settings model's refusals (tests/unit/test_settings.py covers every
+# A sample of the settings model's refusals (tools/tests/unit/test_settings.py covers every
 # field through the reader): the installed CLI refuses each identically in every command.
 BAD_TABLES = {
     "wheel.jobs = 1.5": ("[tool.cpubuild.wheel]\njobs = 1.5\n", "[tool.cpubuild.wheel] jobs"),

@@ -22,12 +22,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 from cpubuild.contract import load_config
 from cpubuild.emulate import amx
 from cpubuild.emulate.bochs3 import SUITE, _ready
 from cpubuild.emulate.rootfs import cache_dir
 from cpubuild.matrix import load_matrix
+from testsupport import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.bochs]
 

@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool
 from cpubuild.cmake import TOOLCHAINS
 from cpubuild.emulate.rootfs import cache_dir
 from cpubuild.matrix import load_matrix
 from cpubuild.platforms.macos import macho_problems, parse_tag, read_macho
 from cross_cmake import build_here
+from testsupport import REPO, require, require_tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.cross]
 

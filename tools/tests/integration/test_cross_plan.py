@@ -6,7 +6,6 @@ project's Arch; the toolchain file is the one cpubuild ships)."""
 from __future__ import annotations
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.cmake import CMAKE_DIR, TOOLCHAINS
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
@@ -21,6 +20,7 @@ from cpubuild.platforms.linux_cross import (
     host_platform_tag,
     ldpaths,
 )
+from testsupport import CPUKERN_MATRIX
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 FOREIGN = [a for a in MATRIX.arches if a != "x86_64"]

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_host, require_tool, run, skip_host_fact
 from cpubuild.emulate.rootfs import RootfsSpec, cache_dir, ensure_rootfs
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 from cross_cmake import build_here
+from testsupport import REPO, require, require_host, require_tool, run, skip_host_fact
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu, pytest.mark.cross]
 

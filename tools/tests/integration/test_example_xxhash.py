@@ -1,6 +1,6 @@
 """examples/xxhash-variants: a third-party C library (xxHash) brought into a project.
 
-Through cpubuild's public path (tests/public_cpubuild.py): a copy of the example
+Through cpubuild's public path (tools/tests/public_cpubuild.py): a copy of the example
 fetches xxHash from its registry sdist (pinned by sha256, never committed), a
 build without it stops with one clear line, the wheel holds every variant and
 both licence texts (PEP 639), and installed in a fresh venv with the `xxhash`
@@ -17,10 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, nested_pytest, require, require_tool, run
 from cpubuild.matrix import load_matrix
 from oracle import ARCH, oracle_ranking
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
+from testsupport import REPO, nested_pytest, require, require_tool, run
 
 pytestmark = pytest.mark.slow
 

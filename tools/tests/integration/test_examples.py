@@ -1,9 +1,9 @@
 """The examples/ projects, built and checked through cpubuild's public path only.
 
-cpubuild comes from a non-editable install in a fresh venv (tests/public_cpubuild.py);
+cpubuild comes from a non-editable install in a fresh venv (tools/tests/public_cpubuild.py);
 each example is built there with `cpubuild wheel --project` (natively and for
 aarch64, each wheel once per session), installed into fresh venvs and checked:
-the variant picked against the independent CPU oracle (tests/oracle.py), forced
+the variant picked against the independent CPU oracle (tools/tests/oracle.py), forced
 variants, the example's own tests, the aarch64 wheel under QEMU cortex-a53 and
 neoverse-n1 and the x86_64 wheel under QEMU Haswell (`cpubuild test`), and an
 install from an index made by `cpubuild publish` and served by `cpubuild serve`.
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, nested_pytest, require, require_host, require_tool, run, skip_host_fact
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import ARCH, oracle_features, oracle_ranking
 from public_cpubuild import UV, PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
+from testsupport import REPO, nested_pytest, require, require_host, require_tool, run, skip_host_fact
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ QEMU_AARCH64 = ("cortex-a53", "neoverse-n1")
 
 
 def qemu_model_features(arch: str, cpu: str) -> frozenset[str]:
-    """What a QEMU CPU model has, from the hardware data (tests/test_emulated.py checks it against QEMU)."""
+    """What a QEMU CPU model has, from the hardware data (tools/tests/integration/test_emulated.py checks it against QEMU)."""
     return next(m.features for m in hardware().qemu[arch] if m.cpu == cpu)
 
 

@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, assert_not_killed, require_tool
 from cpubuild.matrix import load_matrix
+from testsupport import CPUKERN_MATRIX, REPO, assert_not_killed, require_tool
 
 pytestmark = [pytest.mark.cross, pytest.mark.qemu, pytest.mark.slow]
 

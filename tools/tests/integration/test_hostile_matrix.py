@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
 from hostile import assert_one_line, cli, tree_hash
+from testsupport import require_tool
 
 FLAG_SETS = [["-mavx2"], ["-mavx2", "-mfma"], ["-msse4.2"], ["-mavx"], ["-mf16c", "-mavx2"]]
 

@@ -10,7 +10,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from conftest import REPO, require, run
+from testsupport import REPO, require, run
 
 
 def _data_files() -> set[str]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from testsupport import REPO
 
 GOOD = {
     "schema": 1, "package": "relp", "env_prefix": "RELP", "kind": "ctypes", "arch": "x86_64", "probe": "_relp_probe.so",

@@ -3,7 +3,7 @@
 The amd64 runtime image compiles its wheel in the build stage; the arm64 one is
 assembled from a wheel cross-compiled on the host and runs under QEMU. What the
 images must select comes from an oracle independent of cpukern: this host's
-/proc/cpuinfo flags (tests/oracle.py) and, for arm64, QEMU's default `max`
+/proc/cpuinfo flags (tools/tests/oracle.py) and, for arm64, QEMU's default `max`
 CPU, which has every feature.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool
 from cpubuild.docker.base import base_tag
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import oracle_features
+from testsupport import CPUKERN_MATRIX, REPO, require, require_host, require_tool
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def built_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def cpuinfo_features() -> set[str]:
-    """The x86 features this host has, by the oracle (tests/oracle.py)."""
+    """The x86 features this host has, by the oracle (tools/tests/oracle.py)."""
     return oracle_features("x86_64")
 
 

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO
 from cpubuild.docker import bake
 from cpubuild.matrix import load_matrix
+from testsupport import CPUKERN_MATRIX, REPO
 
 DEAD_SOCKET = "unix:///nonexistent/cpubuild-test-docker.sock"
 

@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 from cpubuild.project import load_project
 from cpubuild.workflow.cases import EMULATION, derived_cases, load_cases
 from cpubuild.workflow.render import WORKFLOW, pipeline_of, release_workflow, structural_problems
 from test_index_publish import cli
+from testsupport import CPUKERN_MATRIX, REPO, require, require_tool
 
 CI_DIR = REPO / "ci"
 

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool, run
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import write_wheel
+from testsupport import REPO, require, require_tool, run
 
 TOOLS = str(REPO / "tools")
 COMMIT_A = "1" * 40

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require
 from cpubuild.index.s3 import S3Storage
 from cpubuild.index.verify import verify_tree
 from test_index_publish import COMMIT_A, COMMIT_B, cli, start_worker, synthetic_wheels, wheel
+from testsupport import require
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """`cpubuild init`: the project it writes works as written, and bad input changes nothing.
 
-The end-to-end case goes through the public path only (tests/public_cpubuild.py):
+The end-to-end case goes through the public path only (tools/tests/public_cpubuild.py):
 a non-editable cpubuild in a fresh venv writes a project, builds its wheel
 (isolated build: scikit-build-core plus cpubuild's own wheel), the wheel goes
 into another fresh venv, and the project's own pytest suite passes there. The
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import REPO, nested_pytest, require, require_tool, run
 from cpubuild.matrix import load_matrix
 from cpubuild.project import load_project
 from oracle import ARCH, oracle_ranking
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
+from testsupport import REPO, nested_pytest, require, require_tool, run
 
 # The committed examples init wrote, and the command that wrote each (see examples/README.md).
 EXAMPLES = {

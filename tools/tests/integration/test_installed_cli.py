@@ -13,11 +13,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, run
 from cpubuild.toolchain.tools import BESIDE, find_tool, interpreter_dirs, path_with_interpreter_dirs, tool_origin
 from cpubuild.wheelbuild.install import install_commands
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 from test_licenses import assert_wheel_carries
+from testsupport import REPO, require, run
 
 SYSTEM_PATH = "/usr/bin:/bin"
 

@@ -3,8 +3,8 @@ declare `license = "<SPDX>"` with `license-files`, and their wheels and sdists
 carry the text and the License-Expression / License-File metadata.
 
 A cpukern-style wheel (built by cpubuild through scikit-build-core) is checked
-in tests/test_wheel_build.py (the session's subset wheel) and
-tests/test_installed_cli.py (a fresh init project's wheel).
+in tools/tests/integration/test_wheel_build.py (the session's subset wheel) and
+tools/tests/integration/test_installed_cli.py (a fresh init project's wheel).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import REPO, run
 from public_cpubuild import UV, PublicCpubuild, clean_env, public_cpubuild  # noqa: F401 (a fixture)
+from testsupport import REPO, run
 
 
 def init(tmp_path: Path, *args: str, check: bool = True) -> Path:

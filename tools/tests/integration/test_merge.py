@@ -17,10 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require_host, require_tool
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 from cpubuild.toolchain import wheelzip
+from testsupport import CPUKERN_MATRIX, REPO, require_host, require_tool
 
 pytestmark = [pytest.mark.slow]
 

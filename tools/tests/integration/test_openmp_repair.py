@@ -14,9 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import require, require_tool, run
 from cpubuild.errors import BuildFailedError
 from cpubuild.toolchain import repair
+from testsupport import require, require_tool, run
 
 # clock_gettime: a glibc 2.17 symbol, as every torch extension needs 2.17 or later (libstdc++'s)
 OMP = ("#include <time.h>\nint tiny_threads(void) { int n = 0;\n#pragma omp parallel reduction(+:n)\n n += 1;\n return n; }\n"

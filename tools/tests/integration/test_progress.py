@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool, run
 from cpubuild.emulate.rootfs import STAMP, RootfsSpec
 from cpubuild.progress import elapsed_text, interval_s
+from testsupport import REPO, require, require_tool, run
 
 # a native tree (no qemu binfmt handler needed); its own flavour, so no real cache is touched
 SPEC = RootfsSpec(arch="x86_64", debian_arch="amd64", qemu="x86_64", packages=("python3",), flavor="progresstest")

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run, skip_host_fact
 from cpubuild.matrix import load_matrix
 from oracle import oracle_ranking
+from testsupport import REPO, require, require_tool, run, skip_host_fact
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu, pytest.mark.cross]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require_tool, run
 from cpubuild.toolchain import wheelzip
 from cpubuild.wheelbuild.sbom import SbomInput, VariantBuild, compile_flags, make_bom
+from testsupport import REPO, require_tool, run
 
 jsonvalidation = pytest.importorskip("cyclonedx.validation.json")  # needs cyclonedx-python-lib[validation]
 from cyclonedx.schema import SchemaVersion  # noqa: E402

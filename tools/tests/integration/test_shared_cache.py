@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_host, require_tool, run
+from testsupport import REPO, require, require_host, require_tool, run
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from testsupport import REPO, require, require_tool, run
 
 pytestmark = pytest.mark.slow  # builds torch extensions (minutes on 2 cores)
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, nested_pytest, require, require_host, require_tool, run, skip_host_fact
 from cpubuild.hardware import hardware
 from cpubuild.matrix import Matrix, load_matrix
 from cpubuild.torchdist import release_wheel
 from oracle import ARCH, oracle_features, oracle_ranking
 from public_cpubuild import UV, PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
+from testsupport import REPO, nested_pytest, require, require_host, require_tool, run, skip_host_fact
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, require_tool, run
+from testsupport import REPO, require, require_tool, run
 
 QEMU = "qemu-x86_64-static"
 MATRIX = """\

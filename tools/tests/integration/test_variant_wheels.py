@@ -3,7 +3,7 @@ examples/dotlib, `cpubuild publish` into a directory index, `cpubuild serve`, an
 (preview `wheel-variants`) installing the level this CPU has; pip and uv without preview
 install the fat wheel. The expected level comes from the oracle (the host's
 /proc/cpuinfo flags against the x86-64 psABI levels), and under QEMU from what the
-emulated model's CPUID reports (tests/data/cpuid_cpuinfo.c, bind-mounted over
+emulated model's CPUID reports (tools/tests/data/cpuid_cpuinfo.c, bind-mounted over
 /proc/cpuinfo in a private mount namespace: qemu-user shows the host's file).
 """
 
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import write_wheel
 from cpubuild.matrix import load_matrix
 from cpubuild.wheelbuild.variantwheels import make_variant_wheels
 from oracle import cpuinfo_flags
+from testsupport import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 
 pytestmark = [pytest.mark.slow]
 
@@ -303,7 +303,7 @@ def test_uv_under_qemu_picks_what_the_emulated_cpu_reports(model: str, built: di
     require_tool("qemu-x86_64-static", "unshare", "gcc")
     require(os.geteuid() == 0, "a private mount namespace needs root")
     probe = tmp_path / "cpuid_cpuinfo"
-    run(["gcc", "-O1", "-static", "-o", str(probe), str(REPO / "tests" / "data" / "cpuid_cpuinfo.c")])
+    run(["gcc", "-O1", "-static", "-o", str(probe), str(REPO / "tools" / "tests" / "data" / "cpuid_cpuinfo.c")])
     fake = tmp_path / "cpuinfo"
     fake.write_text(run(["qemu-x86_64-static", "-cpu", model, str(probe)]).stdout)
     flags = set(fake.read_text().split("flags", 1)[1].split(":", 1)[1].split())

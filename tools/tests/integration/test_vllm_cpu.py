@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run, skip_host_fact
 from cpubuild.matrix import Matrix, load_matrix
 from oracle import ARCH, oracle_features, oracle_ranking
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 from test_torch_project import torch_requirement
+from testsupport import REPO, require, require_tool, run, skip_host_fact
 
 pytestmark = pytest.mark.slow
 

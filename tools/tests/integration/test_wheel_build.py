@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_tool, run
 from cpubuild.errors import BuildFailedError
 from cpubuild.matrix import load_matrix
 from cpubuild.toolchain import repair
 from oracle import oracle_features, oracle_ranking
 from packaging.utils import parse_wheel_filename
 from test_licenses import assert_wheel_carries
+from testsupport import REPO, require, require_tool, run
 
 MATRIX = load_matrix(REPO / "isa_matrix.toml")
 ARCH = "x86_64"
@@ -64,7 +64,7 @@ def build(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> di
 
 
 def expected_selection(variants: list[str]) -> str:
-    """The oracle's pick (tests/oracle.py: this host's /proc/cpuinfo)."""
+    """The oracle's pick (tools/tests/oracle.py: this host's /proc/cpuinfo)."""
     return oracle_ranking(MATRIX, variants)[0]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-SOURCE = Path(__file__).resolve().parents[2] / "python" / "cpukern" / "_threads.py"
+SOURCE = Path(__file__).resolve().parents[3] / "python" / "cpukern" / "_threads.py"
 
 
 def _load() -> Any:

@@ -11,9 +11,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
 from cpubuild.emulate import bochs
 from cpubuild.errors import ToolMissingError, UsageError
+from testsupport import require_tool
 
 
 def test_cpio_is_read_by_gnu_cpio(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def tiny_wheel(path: Path, arch: str) -> Path:
 def test_cli_bochs_model_errors_exit_2(tmp_path: Path) -> None:
     """`cpubuild test --cpu bochs:MODEL`: an unknown model or a non-x86_64 arch is bad input."""
     wheel = tiny_wheel(tmp_path / "cpukern-0.1.0-py3-none-manylinux_2_27_x86_64.whl", "x86_64")
-    tools = Path(__file__).resolve().parents[2] / "tools"
+    tools = Path(__file__).resolve().parents[3] / "tools"
     base = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())", "test"]
     env = {"PYTHONPATH": str(tools), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([*base, "--arch", "x86_64", "--cpu", "bochs:pentium", str(wheel)], capture_output=True, text=True, env=env)

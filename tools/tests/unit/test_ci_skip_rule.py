@@ -12,7 +12,7 @@ from ci_skip_rule import HOST_FACT
 
 pytest_plugins = ["pytester"]
 
-HOOKS = 'pytest_plugins = ["ci_skip_rule"]\n'  # as tests/conftest.py loads it
+HOOKS = 'pytest_plugins = ["ci_skip_rule"]\n'  # as tools/tests/testsupport.py loads it
 
 # Every kind of skip, as a test module whose only skip carries REASON.
 KINDS = {

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
 from cpubuild.contract import (
     DEFAULT_MATRIX,
     KEYS,
@@ -18,6 +17,7 @@ from cpubuild.contract import (
     parse_config,
     read_pyproject,
 )
+from testsupport import REPO
 
 PATH = Path("/proj/pyproject.toml")
 

@@ -8,8 +8,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
 from cpubuild.docker.context import build_context, generated_files, source_files
+from testsupport import require_tool
 
 
 def _tree(root: Path) -> None:

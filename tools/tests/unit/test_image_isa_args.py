@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.docker import dockerfile, isa_args
 from cpubuild.matrix import Matrix, load_matrix, parse_matrix
+from testsupport import CPUKERN_MATRIX
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 
 

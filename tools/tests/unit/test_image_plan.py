@@ -11,20 +11,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.docker import bake, dockerfile, plan
 from cpubuild.docker.images import make_specs
 from cpubuild.docker.platforms import parse_platforms, wheel_arch
 from cpubuild.errors import UnknownISAError, UsageError
 from cpubuild.hardware import Arch
 from cpubuild.matrix import Matrix, load_matrix
+from testsupport import CPUKERN_MATRIX
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE_TEXT = (REPO / "docker" / "Dockerfile").read_text()  # cpukern keeps its rendered copy
 
 

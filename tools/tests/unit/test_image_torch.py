@@ -7,7 +7,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.docker import bake, plan
 from cpubuild.docker.torchwheels import cuda_reason, image_python
 from cpubuild.errors import UsageError
@@ -15,6 +14,7 @@ from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 from cpubuild.torchdist import minor, release
 from cpubuild.unpack import install_all
+from testsupport import CPUKERN_MATRIX
 
 PLATFORM, PYTHON = "manylinux_2_28_x86_64", "3.11"
 

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
 from cpubuild.index.names import IndexInputError, check_variant, href, parse_wheel_name, resolve_commit
+from testsupport import require_tool
 
 
 @pytest.fixture(scope="module")

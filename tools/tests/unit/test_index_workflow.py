@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import require
 from cpubuild.workflow.render import structural_problems
 from cpubuild.workflow.yamlout import to_yaml
+from testsupport import require
 
 SCALARS = ["", "true", "no", "On", "1.5", "0x10", ".5", "-x", "- x", "a: b", "a #b", "#x", "${{ a }}", "x:", "[a]",
            "{a}", "a,b", "@x", '"q"', "'s'", "tab\tx", "ümlaut", "a\\b", "null", "~", "*a", "&a", "!a", "%a", "`a",

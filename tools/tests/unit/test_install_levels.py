@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
 from cpubuild.installlevels import install_levels
 from cpubuild.matrix import MatrixError, load_matrix, parse_matrix
 from cpubuild.variantsjson import LABEL, SCHEMA_URL, VariantsJsonConflict, index_file_name, merge_variant_documents
 from cpubuild.wheelbuild.variantwheels import plan_level_wheels, variant_document
+from testsupport import CPUKERN_MATRIX
 
 
 def test_x86_levels_place_cpukern_variants_as_the_psabi_says() -> None:

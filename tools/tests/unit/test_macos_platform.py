@@ -6,7 +6,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UsageError
 from cpubuild.hardware import Arch, hardware
 from cpubuild.matrix import load_matrix, parse_matrix
@@ -22,6 +21,7 @@ from cpubuild.platforms.macos import (
     parse_tag,
     read_macho,
 )
+from testsupport import CPUKERN_MATRIX
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 MAC_ARCHES = [a for a in MATRIX.arches.values() if "darwin" in a.os]

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO
 from cpubuild import __version__
 from cpubuild.contract import load_config
 from cpubuild.hardware import hardware
@@ -29,6 +28,7 @@ from cpubuild.matrix import (
     load_matrix,
     parse_matrix,
 )
+from testsupport import CPUKERN_MATRIX, REPO
 
 HW = hardware()
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import itertools
 
-from conftest import CPUKERN_MATRIX
 from cpubuild.matrix import load_matrix
 from cpubuild.wheelbuild.merge import MANYLINUX, _policy
 from cpubuild.wheelbuild.plan import CPU_LABEL, isa_label, label_extras
+from testsupport import CPUKERN_MATRIX
 
 
 def test_label_from_the_variant_order_equals_the_builds_for_every_subset() -> None:

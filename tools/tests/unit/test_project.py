@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 from cpubuild.errors import MatrixFileError, UsageError
 from cpubuild.project import Project, find_project, load_project
+from testsupport import REPO
 
 MATRIX = """\
 schema = 2

@@ -9,7 +9,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.emulate.rootfs import (
     STAMP,
     TEST_PACKAGES,
@@ -23,6 +22,7 @@ from cpubuild.emulate.rootfs import (
 from cpubuild.emulate.testrun import base_model, last_json, parse_model_list, signal_name, wheel_arch
 from cpubuild.errors import UsageError
 from cpubuild.matrix import load_matrix
+from testsupport import CPUKERN_MATRIX
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 

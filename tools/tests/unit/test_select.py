@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO
 from cpubuild.contract import load_config
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 from cpubuild.runtime import errors
 from cpubuild.runtime import select as sel
+from testsupport import CPUKERN_MATRIX, REPO
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 CONFIG = load_config(REPO)

@@ -14,7 +14,7 @@ from cpubuild.settings import TABLES, Field, SettingsError, fields_of, layer
 from cpubuild.settings.generate import DOC_TABLES, SCHEMA_FILE, render_docs, schema, schema_text
 from cpubuild.wheelbuild.options import layer_options
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROOT = Path("/proj")
 PATH = ROOT / "pyproject.toml"
 FIELDS = [(name, f) for name, cls in TABLES.items() for f in fields_of(cls) if f.kind != "table"]

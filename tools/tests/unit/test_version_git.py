@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
 from cpubuild import version_provider
 from cpubuild.errors import UsageError
 from cpubuild.wheelbuild.version import (
@@ -24,6 +23,7 @@ from cpubuild.wheelbuild.version import (
     version_from_git,
 )
 from packaging.version import Version
+from testsupport import require_tool
 
 
 def state(**kw: object) -> GitState:

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX
 from cpubuild.errors import UnknownISAError, UsageError
 from cpubuild.matrix import MatrixError, load_matrix, parse_matrix
 from cpubuild.version_provider import ENV_VERSION
@@ -25,6 +24,7 @@ from cpubuild.wheelbuild.plan import (
 )
 from cpubuild.wheelbuild.version import SourceVersion, compose
 from packaging.version import Version
+from testsupport import CPUKERN_MATRIX
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 ARCHES = list(MATRIX.arches)

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_tool, run
 from cpubuild.index.storage import LocalStorage
 from cpubuild.index.verify import verify_tree
 from cpubuild.index.wheelfile import retag_wheel
 from cpubuild.matrix import load_matrix
 from test_index_publish import cli
+from testsupport import CPUKERN_MATRIX, REPO, require, require_tool, run
 
 pytestmark = pytest.mark.slow
 
