@@ -322,10 +322,11 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         # the torch named by the wheel's manifest; the build stage compiles against the one fetched
         torch = plan.wheel_torch(wheel) if wheel is not None else opts["torch"]
         torch_wheels = _torch_wheels(torch, spec, console) if torch else []
+        tool = None if wheel else self_wheel().wheel
         generated = generated_files(
             dockerfile=dockerfile.with_base(image.dockerfile_text, pinned.image_id) if image.rendered else None, wheel=wheel,
-            ca_certificates=opts["ca_certificates"], tool_wheel=None if wheel else self_wheel().wheel,
-            torch_wheels=torch_wheels,
+            ca_certificates=opts["ca_certificates"], tool_wheel=tool, torch_wheels=torch_wheels,
+            tool_requirements=None if tool is None else _hashed(image, tool),
         )
         context = build_context(image.project.root, generated)
         args = spec.build_args(matrix)
@@ -366,6 +367,14 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         wheel_source=wheel_source,
         torch=torch,
     )
+
+
+def _hashed(image: ImageProject, tool_wheel: Path) -> str:
+    """The build stage's requirements with hashes (docker/hashed.py), for the base's python3."""
+    from .hashed import hashed_requirements
+    from .torchwheels import image_python
+
+    return hashed_requirements(image.project.root, tool_wheel, python=image_python())
 
 
 def _torch_wheels(version: str, spec: plan.ImageSpec, console: Console) -> list[Path]:
@@ -432,8 +441,9 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
         raise DockerError("the generated bake file is invalid", detail="\n".join(problems))
     folder = image.project.root / GENERATED
     shutil.rmtree(folder, ignore_errors=True)
+    tool = self_wheel().wheel
     files = generated_files(dockerfile=text if image.rendered else None, wheel=None,
-                            ca_certificates=[], tool_wheel=self_wheel().wheel)
+                            ca_certificates=[], tool_wheel=tool, tool_requirements=_hashed(image, tool))
     files[str(GENERATED / ".gitignore")] = b"*\n"
     for spec in specs:
         if spec.wheel is not None:  # each target reads its own folder of the shared context
