@@ -6,8 +6,11 @@ cases use a real Docker daemon and a project made by `cpubuild init`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -83,8 +86,6 @@ def test_the_build_stage_installs_a_hashed_set(project: Path, tmp_path: Path) ->
     tool = project / ".cpubuild/tool"
     (wheel,) = tool.glob("cpubuild-*.whl")
     text = (tool / "requirements.txt").read_text()
-    import hashlib
-
     assert text.startswith(f"cpubuild @ file:///cpubuild/{wheel.name} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n")
     pinned = re.findall(r"^([A-Za-z0-9_.-]+)==\S+", text, re.M)
     assert {"click", "rich", "packaging", "scikit-build-core"} <= {p.lower() for p in pinned}
@@ -101,9 +102,6 @@ def test_the_build_stage_installs_a_hashed_set(project: Path, tmp_path: Path) ->
 
 @pytest.fixture(scope="module")
 def daemon() -> None:
-    import shutil
-    import subprocess
-
     require(shutil.which("docker") is not None, "docker is not installed (run scripts/setup.sh)")
     require(subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0,
             "the Docker daemon is not reachable (run scripts/setup.sh)")
@@ -124,6 +122,7 @@ def test_base_image_records_its_id(daemon: None) -> None:
 @pytest.mark.slow
 def test_a_tampered_hash_stops_the_build_stage(daemon: None, project: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    subprocess.run(["docker", "image", "rm", "cpubuild-test/hashcheck:build"], capture_output=True)
     """The cached resolution is what goes into the context: one hash changed there must
     fail the build stage's pip step, named with its stage, never install the package."""
     cache = tmp_path / "cache"
@@ -139,5 +138,19 @@ def test_a_tampered_hash_stops_the_build_stage(daemon: None, project: Path, tmp_
               "--tag", "cpubuild-test/hashcheck:build", "--no-smoke", env={"CPUBUILD_CACHE_DIR": str(cache)}, timeout=3600)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr
-    assert "failed in stage 'build'" in out.stderr and "--require-hashes" in out.stderr
-    assert "DO NOT MATCH THE HASHES" in out.stderr and "click" in out.stderr, out.stderr[-3000:]
+    assert "failed in stage 'build', step" in out.stderr, out.stderr[-3000:]
+    assert "DO NOT MATCH THE HASHES" in out.stderr and f"Expected sha256 {'0' * 64}" in out.stderr
+    assert re.search(r"click==\S+ from ", out.stderr), out.stderr[-3000:]
+    assert subprocess.run(["docker", "image", "inspect", "cpubuild-test/hashcheck:build"], capture_output=True).returncode != 0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_build_stage_builds_on_the_pinned_base_from_the_hashed_set(daemon: None, project: Path) -> None:
+    out = cli("image", "--project", str(project), "--platform", "linux/amd64", "--target", "build",
+              "--tag", "cpubuild-test/hashcheck:build", "--no-smoke", "--json", timeout=3600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (built,) = json.loads(out.stdout)["images"]
+    base = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", built["base"]], capture_output=True, text=True)
+    assert built["base_pinned"] == base.stdout.strip() and re.fullmatch(r"sha256:[0-9a-f]{64}", built["base_pinned"])
+    subprocess.run(["docker", "image", "rm", "cpubuild-test/hashcheck:build"], capture_output=True)
