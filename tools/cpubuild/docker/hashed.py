@@ -6,8 +6,10 @@ the project's other build requirements, pinned with every file's hash by
 `uv pip compile --generate-hashes --universal` for the base's python3. The
 build stage runs `pip install --require-hashes --no-deps -r` on it, so a file
 whose bytes differ from its hash stops the build. The resolution is cached
-under cpubuild's cache by its input (delete the file to resolve again); torch
-is left out for torch projects (the image brings its own, fetched on the host).
+under cpubuild's cache by its input (delete the file to resolve again). Torch
+itself is left out for torch projects (the image brings its own, fetched on the
+host), but its requirements are in: the build venv's own packages (an old
+setuptools) shadow the copies next to torch, and the build checks them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import zipfile
+from collections.abc import Sequence
 from email.parser import Parser
 from pathlib import Path, PurePosixPath
 
@@ -28,6 +31,7 @@ from .requirements import requirements
 FILE_NAME = "requirements.txt"  # in the context's .cpubuild/tool/, copied to /cpubuild/ in the build stage
 STAGE_DIR = PurePosixPath("/cpubuild")  # where the build stage has the tool folder
 LEFT_OUT = frozenset({"cpubuild", "torch"})  # installed from the context, not from an index
+CUDA = ("nvidia-", "triton")  # never in a CPU image (cpubuild refuses CUDA torch builds before this)
 
 
 class HashedRequirementsError(DockerError):
@@ -47,10 +51,20 @@ def tool_dependencies(wheel: Path) -> list[str]:
     return out
 
 
-def resolver_input(project: Path, tool_wheel: Path) -> list[str]:
-    """What the set is resolved from: cpubuild's dependencies and the project's build requirements."""
+def torch_requirements(wheels: Sequence[Path]) -> list[str]:
+    """The requirements of the torch wheel among `wheels` (none when there is none)."""
+    out = []
+    for wheel in wheels:
+        if wheel.name.startswith("torch-"):
+            out += [r for r in tool_dependencies(wheel) if not Requirement(r).name.lower().startswith(CUDA)]
+    return out
+
+
+def resolver_input(project: Path, tool_wheel: Path, also: Sequence[str] = ()) -> list[str]:
+    """What the set is resolved from: cpubuild's dependencies, the project's build requirements
+    and `also` (torch's)."""
     wanted = tool_dependencies(tool_wheel)
-    for line in requirements(project):
+    for line in [*requirements(project), *also]:
         try:
             name = Requirement(line).name.lower()
         except InvalidRequirement:
@@ -74,9 +88,9 @@ def _resolve(lines: list[str], python: str) -> str:
     return proc.stdout
 
 
-def hashed_requirements(project: Path, tool_wheel: Path, *, python: str) -> str:
+def hashed_requirements(project: Path, tool_wheel: Path, *, python: str, also: Sequence[str] = ()) -> str:
     """The requirements file the build stage installs with --require-hashes."""
-    lines = resolver_input(project, tool_wheel)
+    lines = resolver_input(project, tool_wheel, also)
     key = hashlib.sha256("\n".join([python, *lines]).encode()).hexdigest()[:16]
     cached = cache_dir() / "image-requirements" / f"{key}.txt"
     if cached.is_file():

@@ -326,7 +326,7 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         generated = generated_files(
             dockerfile=dockerfile.with_base(image.dockerfile_text, pinned.image_id) if image.rendered else None, wheel=wheel,
             ca_certificates=opts["ca_certificates"], tool_wheel=tool, torch_wheels=torch_wheels,
-            tool_requirements=None if tool is None else _hashed(image, tool),
+            tool_requirements=None if tool is None else _hashed(image, tool, torch_wheels),
         )
         context = build_context(image.project.root, generated)
         args = spec.build_args(matrix)
@@ -369,12 +369,14 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
     )
 
 
-def _hashed(image: ImageProject, tool_wheel: Path) -> str:
-    """The build stage's requirements with hashes (docker/hashed.py), for the base's python3."""
-    from .hashed import hashed_requirements
+def _hashed(image: ImageProject, tool_wheel: Path, torch_wheels: list[Path]) -> str:
+    """The build stage's requirements with hashes (docker/hashed.py), for the base's python3; with
+    torch's own requirements for a torch project (its build checks them in the build venv)."""
+    from .hashed import hashed_requirements, torch_requirements
     from .torchwheels import image_python
 
-    return hashed_requirements(image.project.root, tool_wheel, python=image_python())
+    return hashed_requirements(image.project.root, tool_wheel, python=image_python(),
+                               also=torch_requirements(torch_wheels))
 
 
 def _torch_wheels(version: str, spec: plan.ImageSpec, console: Console) -> list[Path]:
@@ -442,8 +444,9 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
     folder = image.project.root / GENERATED
     shutil.rmtree(folder, ignore_errors=True)
     tool = self_wheel().wheel
+    torch_wheels = [w for name, w in torch_files.items() if Path(name).name.startswith("torch-")]
     files = generated_files(dockerfile=text if image.rendered else None, wheel=None,
-                            ca_certificates=[], tool_wheel=tool, tool_requirements=_hashed(image, tool))
+                            ca_certificates=[], tool_wheel=tool, tool_requirements=_hashed(image, tool, torch_wheels))
     files[str(GENERATED / ".gitignore")] = b"*\n"
     for spec in specs:
         if spec.wheel is not None:  # each target reads its own folder of the shared context
