@@ -84,7 +84,8 @@ class Runner:
         values = {f"matrix.{k}": str(v) for k, v in matrix.items()}
         values.update({"vars.CPUBUILD_INDEX": str(self.index), "vars.CPUBUILD_INDEX_URL": self.index_url,
                        "runner.temp": str(self.work / "runner-temp"), "github.token": "unused",
-                       "vars.CPUBUILD_AWS_REGION": "unused", "secrets.CPUBUILD_AWS_ROLE": "unused"})
+                       "vars.CPUBUILD_AWS_REGION": "unused", "secrets.CPUBUILD_AWS_ROLE": "unused",
+                       "secrets.CPUBUILD_INDEX_AUTH_URL": ""})  # a public index: no credentials
 
         def one(match: re.Match[str]) -> str:
             key = match.group(1).strip()
