@@ -130,7 +130,7 @@ PACKAGE = {"cpukern": "cpukern", "init": "dotp", "torch": "tproj"}
 ROUTES = ["pip install .", "pip install -e .", "uv pip install .", "uv pip install -e .", "pip wheel .", "uv pip install git+file"]
 
 
-@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("route", [pytest.param(r, id=re.sub(r"[^a-z]+", "-", r).strip("-")) for r in ROUTES])
 @pytest.mark.parametrize("kind", ["cpukern", "init", "torch"])
 def test_isolated_install_from_the_index(published: Published, projects: dict[str, Path], kind: str, route: str,
                                          tmp_path: Path) -> None:
