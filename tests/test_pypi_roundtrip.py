@@ -19,6 +19,7 @@ keep the matrix of 18 builds affordable on two cores.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -95,12 +96,10 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
 
 def user_torch_config() -> tuple[str, list[str]]:
     """The CPU torch installed here and where pip is configured to find it (find-links)."""
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    require(torch is not None and torch.version.cuda is None, "a CPU torch is not installed (run scripts/setup.sh)")
-    assert torch is not None
+    require(importlib.util.find_spec("torch") is not None, "torch is not installed (run scripts/setup.sh)")
+    import torch
+
+    require(torch.version.cuda is None, "the installed torch is not a CPU build (run scripts/setup.sh)")
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
     links = re.findall(r"find-links='([^']*)'", listed) + os.environ.get("PIP_FIND_LINKS", "").split()
     return str(torch.__version__), sorted({p for link in links for p in link.split() if p})
