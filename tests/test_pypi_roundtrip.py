@@ -153,7 +153,8 @@ def test_isolated_install_from_the_index(published: Published, projects: dict[st
         out = tmp_path / "wheels"
         run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), *index, "."], cwd=project, env=env)
         (wheel,) = out.glob(f"{package}-*.whl")
-        run([python, "-m", "pip", "install", "-q", "--no-index", str(wheel)], env=env)
+        # --force-reinstall: the same name and version in this Python's site-packages would count as installed
+        run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall", str(wheel)], env=env)
     elif route.startswith("pip"):
         run([python, "-m", "pip", "install", "-q", *route.split()[2:], *index], cwd=project, env=env)
     elif route == "uv pip install git+file":
