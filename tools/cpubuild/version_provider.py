@@ -55,21 +55,55 @@ def resolve_version(settings: Mapping[str, Any], environ: Mapping[str, str]) -> 
 
 
 ENV_TORCH = "CPUBUILD_TORCH_VERSION"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+_CUDA = re.compile(r"""^cuda\s*(?::[^=]*)?=\s*["']([^"']+)["']""", re.MULTILINE)
+
+
+def cuda_of(version_py: str) -> str | None:
+    """The CUDA release a torch build targets (`cuda = '12.8'` in torch/version.py), None for a CPU build."""
+    match = _CUDA.search(version_py)
+    return match.group(1) if match else None
+
+
+def cpu_torch_fix(version: str, cuda: str) -> str:
+    """One line: the build environment got a CUDA torch (PyPI's default on Linux x86_64),
+    and how to give an isolated build the CPU torch instead."""
+    release = version.split("+", 1)[0]
+    return (f"the build environment got torch {version} (a CUDA {cuda} build, PyPI's default), not a CPU torch; "
+            f"fix: put 'torch=={release}+cpu' (your CPU torch) in a file F and build with "
+            f"PIP_BUILD_CONSTRAINT=F PIP_EXTRA_INDEX_URL={CPU_TORCH_INDEX} (uv: UV_BUILD_CONSTRAINT=F "
+            f"UV_EXTRA_INDEX_URL={CPU_TORCH_INDEX}), or set {ENV_TORCH}={version} to build against it anyway")
+
+
+def _build_env_torch() -> tuple[str, str | None]:
+    """The build environment's torch: its version and CUDA release (None: a CPU build)."""
+    import importlib.util
+    from importlib import metadata
+
+    version = metadata.version("torch")
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        text = (Path(locations[0]) / "version.py").read_text(encoding="utf-8") if locations else ""
+    except OSError:
+        text = ""
+    return version, cuda_of(text)
 
 
 def torch_pin(environ: Mapping[str, str]) -> str:
     """`torch==X.Y.*` for the torch the build compiles against: CPUBUILD_TORCH_VERSION
     (set by `cpubuild wheel`, which may build against a downloaded torch), else the
-    torch installed in the build environment."""
+    torch installed in the build environment, which must be a CPU build (an isolated
+    `pip install .` takes PyPI's CUDA torch unless the user's CPU torch is passed in)."""
     version = environ.get(ENV_TORCH, "").strip()
     if not version:
         try:
-            from importlib import metadata
-
-            version = metadata.version("torch")
+            version, cuda = _build_env_torch()
         except Exception:
             raise ValueError("a torch project ([tool.cpubuild] kind = torch) builds against torch, which the build "
                              "environment lacks: add torch to build-system.requires") from None
+        if cuda is not None:
+            raise ValueError(cpu_torch_fix(version, cuda))
     match = re.match(r"^(\d+)\.(\d+)", version)
     if match is None:
         raise ValueError(f"torch version {version!r} is not X.Y...")
