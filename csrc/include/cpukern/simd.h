@@ -277,6 +277,22 @@ inline void store_pair(bf16_t* p, VF a, VF b) {
 }
 #endif
 
+// 2 * kLanes floats at p in the lane order load_pair<T> gives: a float table
+// (weights, cos/sin) read alongside a row of T walked with load_pair.
+template <class T>
+inline void load_pair_order(const float* p, VF& a, VF& b) {
+    a = load(p);
+    b = load(p + kLanes);
+}
+#if defined(__AVX2__) && !defined(__AVX512F__)
+template <>
+inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
+    __m256 lo = (__m256)load(p), hi = (__m256)load(p + kLanes);
+    a = (VF)_mm256_permute2f128_ps(lo, hi, 0x20);  // values 0-3, 8-11
+    b = (VF)_mm256_permute2f128_ps(lo, hi, 0x31);  // values 4-7, 12-15
+}
+#endif
+
 // Swaps neighbouring lanes (0<->1, 2<->3, ...): interleaved pairs such as
 // GPT-J style rotary embedding.
 inline VF swap_pairs(VF v) {
