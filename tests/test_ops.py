@@ -248,6 +248,7 @@ ROTARY_CASES = {
     "mha-no-key-3d": ((7,), 4, None, 64, 64, True, True),
     "partial-rot": ((5,), 3, 1, 80, 32, False, False),
     "odd-half": ((9,), 2, 2, 18, 14, True, True),
+    "pair-single-tail": ((6,), 2, 1, 64, 56, False, False),  # rot/2 = 28: a pair, a vector and a tail on AVX2
     "batch-dims": ((3, 11), 8, 2, 96, 96, False, True),
     "no-rotation": ((2,), 1, 1, 8, 0, False, False),
 }

@@ -9,6 +9,10 @@ void parallel_for_raw(int64_t n, int64_t, RangeFn fn, void* ctx) {
     if (n > 0) fn(ctx, 0, n);
 }
 
+void parallel_for_dynamic_raw(int64_t n, int64_t, RangeFn fn, void* ctx) {
+    if (n > 0) fn(ctx, 0, n);
+}
+
 int num_threads() { return 1; }
 
 }  // namespace cpukern

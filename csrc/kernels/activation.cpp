@@ -47,7 +47,7 @@ void silu_and_mul(T* out, const T* x, int64_t rows, int64_t d, int64_t x_stride,
     const int64_t blocks = (d + kBlock - 1) / kBlock;
     // ~16K elements per chunk before a second thread joins in
     int64_t grain = (int64_t{1} << 14) / kBlock;
-    parallel_for(rows * blocks, grain, [&](int64_t begin, int64_t end) {
+    parallel_for_dynamic(rows * blocks, grain, [&](int64_t begin, int64_t end) {
         for (int64_t u = begin; u < end; ++u) {
             int64_t r = u / blocks, c = (u % blocks) * kBlock;
             int64_t n = d - c < kBlock ? d - c : kBlock;

@@ -52,11 +52,15 @@ float sum_squares(const T* x, int64_t hidden) {
 }
 
 // out = x * inv * w, rounded once to T. W: T, or float (widened by with_weights).
+// `next` (the next row, or null) is prefetched as we go: its sum of squares
+// then reads from L2, not from L3 or memory, at the start of the next row.
 template <class T, class W>
-void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv) {
+void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv, const T* next = nullptr) {
     VF s = splat(inv);
     int64_t i = 0;
+    const char* pre = reinterpret_cast<const char*>(next);
     for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
+        if (pre) __builtin_prefetch(pre + i * sizeof(T), 0, 2);
         VF a, b, wa, wb;
         load_pair(x + i, a, b);
         load_pair(w + i, wa, wb);
@@ -69,7 +73,8 @@ void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv) {
     }
 }
 
-// 16-bit weights widened to float once per chunk of rows, laid out as
+// 16-bit weights widened to float once per call by the calling thread (every
+// thread then reads them: the caller waits for the parallel loop), laid out as
 // scale_row reads them (pairs in load_pair's lane order), so the row pass
 // multiplies straight from L1.
 template <class T, class F>
@@ -104,11 +109,12 @@ inline float inv_rms(float sum_sq, int64_t hidden, float eps) {
 template <class T>
 void rms_norm(T* out, const T* x, const T* w, int64_t rows, int64_t hidden, int64_t x_stride, int64_t out_stride,
               float eps) {
-    parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
-        with_weights(w, hidden, end - begin, [&](auto* wv) {
+    with_weights(w, hidden, rows, [&](auto* wv) {
+        parallel_for_dynamic(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
             for (int64_t r = begin; r < end; ++r) {
                 const T* xr = x + r * x_stride;
-                scale_row(out + r * out_stride, xr, wv, hidden, inv_rms(sum_squares(xr, hidden), hidden, eps));
+                scale_row(out + r * out_stride, xr, wv, hidden, inv_rms(sum_squares(xr, hidden), hidden, eps),
+                          r + 1 < end ? xr + x_stride : nullptr);
             }
         });
     });
@@ -119,8 +125,8 @@ void rms_norm(T* out, const T* x, const T* w, int64_t rows, int64_t hidden, int6
 template <class T>
 void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hidden, int64_t x_stride,
                         int64_t res_stride, float eps) {
-    parallel_for(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
-        with_weights(w, hidden, end - begin, [&](auto* wv) {
+    with_weights(w, hidden, rows, [&](auto* wv) {
+        parallel_for_dynamic(rows, row_grain(hidden), [&](int64_t begin, int64_t end) {
             for (int64_t r = begin; r < end; ++r) {
                 T* xr = x + r * x_stride;
                 T* rr = residual + r * res_stride;

@@ -4,6 +4,7 @@
 //   neox (halves):       x[i], x[i + rot/2]  form the pair i
 //   gptj (interleaved):  x[2i], x[2i + 1]    form the pair i
 // Per token the cos/sin row is widened to float once and shared by all heads.
+#include <type_traits>
 #include <vector>
 
 #include "cpukern/dtype.h"
@@ -20,11 +21,26 @@ struct Heads {
     int64_t count, token_stride, head_stride;
 };
 
-// neox: c, s hold rot/2 floats each.
-template <class T>
+// neox: c, s hold rot/2 floats each, the whole pairs of vectors at their
+// start in load_pair's lane order (see neox_table). kFast: store without the
+// NaN fix-up (store_fast), right when every input was 16-bit.
+template <class T, bool kFast>
 void rotate_neox(T* x, const float* c, const float* s, int64_t half) {
     T* y = x + half;
     int64_t i = 0;
+    for (; i + 2 * kLanes <= half; i += 2 * kLanes) {
+        VF a0, a1, b0, b1;
+        load_pair(x + i, a0, a1);
+        load_pair(y + i, b0, b1);
+        VF c0 = load(c + i), c1 = load(c + i + kLanes), s0 = load(s + i), s1 = load(s + i + kLanes);
+        if constexpr (kFast) {
+            store_pair_fast(x + i, a0 * c0 - b0 * s0, a1 * c1 - b1 * s1);
+            store_pair_fast(y + i, b0 * c0 + a0 * s0, b1 * c1 + a1 * s1);
+        } else {
+            store_pair(x + i, a0 * c0 - b0 * s0, a1 * c1 - b1 * s1);
+            store_pair(y + i, b0 * c0 + a0 * s0, b1 * c1 + a1 * s1);
+        }
+    }
     for (; i + kLanes <= half; i += kLanes) {
         VF a = load(x + i), b = load(y + i), cv = load(c + i), sv = load(s + i);
         store(x + i, a * cv - b * sv);
@@ -35,6 +51,18 @@ void rotate_neox(T* x, const float* c, const float* s, int64_t half) {
         VF a = load_partial(x + i, n), b = load_partial(y + i, n), cv = load(c + i), sv = load(s + i);
         store_partial(x + i, a * cv - b * sv, n);
         store_partial(y + i, b * cv + a * sv, n);
+    }
+}
+
+// Puts the whole pairs of vectors of a neox table (natural order) into
+// load_pair<T>'s lane order, as rotate_neox reads them.
+template <class T>
+void neox_table(float* t, int64_t half) {
+    for (int64_t i = 0; i + 2 * kLanes <= half; i += 2 * kLanes) {
+        VF a, b;
+        load_pair_order<T>(t + i, a, b);
+        store(t + i, a);
+        store(t + i + kLanes, b);
     }
 }
 
@@ -61,7 +89,7 @@ void rotary(const int64_t* positions, int64_t pos_stride, Heads q, Heads k, cons
     const int64_t padded = (rot + kLanes - 1) / kLanes * kLanes + kLanes;
     int64_t per_token = (q.count + k.count) * rot;
     int64_t grain = (int64_t{1} << 14) / (per_token > 0 ? per_token : 1);
-    parallel_for(tokens, grain < 1 ? 1 : grain, [&](int64_t begin, int64_t end) {
+    parallel_for_dynamic(tokens, grain < 1 ? 1 : grain, [&](int64_t begin, int64_t end) {
         std::vector<float> table(2 * padded, 0.0f);
         float* c = table.data();
         float* s = c + padded;
@@ -72,6 +100,8 @@ void rotary(const int64_t* positions, int64_t pos_stride, Heads q, Heads k, cons
                     c[i] = to_float(row[i]);
                     s[i] = to_float(row[half + i]);
                 }
+                neox_table<T>(c, half);
+                neox_table<T>(s, half);
             } else {
                 for (int64_t i = 0; i < half; ++i) {
                     float cv = to_float(row[i]), sv = to_float(row[half + i]);
@@ -84,7 +114,7 @@ void rotary(const int64_t* positions, int64_t pos_stride, Heads q, Heads k, cons
                 T* base = static_cast<T*>(h->data) + t * h->token_stride;
                 for (int64_t j = 0; j < h->count; ++j) {
                     if (neox)
-                        rotate_neox(base + j * h->head_stride, c, s, half);
+                        rotate_neox<T, std::is_same_v<C, T>>(base + j * h->head_stride, c, s, half);
                     else
                         rotate_gptj(base + j * h->head_stride, c, s, rot);
                 }

@@ -26,6 +26,7 @@ struct Job {
     void* ctx = nullptr;
     int64_t n = 0;
     int64_t chunk = 0;
+    int64_t chunks = 0;  // > 0: a dynamic job (chunks taken one at a time)
 };
 
 int default_threads() {
@@ -91,9 +92,56 @@ class Pool {
         }
     }
 
+    // Caller holds busy_. Every thread (the caller too, unless the pool is
+    // pinned) claims chunks from claim_ until none is left; the caller then
+    // waits only for chunks already claimed. A worker that wakes late finds
+    // the job's tag gone from claim_ and never touches the job (its ctx
+    // lives on the caller's stack).
+    void run_dynamic(const Job& job) {
+        uint64_t gen;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            job_ = job;
+            parts_ = size_;
+            gen = ++generation_;
+            done_.store(0, std::memory_order_relaxed);
+            claim_.store(tag(gen), std::memory_order_release);
+        }
+        cv_.notify_all();
+        if (!bound_) run_chunks(job, gen);
+        for (int spin = 0; done_.load(std::memory_order_acquire) != job.chunks; ++spin) {
+            if (spin > 2000) {
+                std::unique_lock<std::mutex> lk(mu_);
+                done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == job.chunks; });
+                break;
+            }
+            std::this_thread::yield();
+        }
+    }
+
     std::mutex busy;
 
   private:
+    // claim_ = the job's generation (high 32 bits) | the next chunk (low 32)
+    static uint64_t tag(uint64_t gen) { return gen << 32; }
+
+    void run_chunks(const Job& job, uint64_t gen) {
+        const uint64_t mine = tag(gen);
+        for (;;) {
+            uint64_t v = claim_.load(std::memory_order_acquire);
+            do {
+                if ((v & ~uint64_t{0xffffffff}) != mine || static_cast<int64_t>(v & 0xffffffff) >= job.chunks) return;
+            } while (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+            int64_t begin = static_cast<int64_t>(v & 0xffffffff) * job.chunk;
+            int64_t end = begin + job.chunk < job.n ? begin + job.chunk : job.n;
+            job.fn(job.ctx, begin, end);
+            if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == job.chunks) {
+                std::lock_guard<std::mutex> lk(mu_);
+                done_cv_.notify_all();
+            }
+        }
+    }
+
     static void run_part(const Job& job, int part) {
         int64_t begin = part * job.chunk;
         int64_t end = begin + job.chunk < job.n ? begin + job.chunk : job.n;
@@ -111,6 +159,10 @@ class Pool {
                 seen = generation_;
                 if (index >= parts_) continue;
                 job = job_;
+            }
+            if (job.chunks > 0) {
+                run_chunks(job, seen);
+                continue;
             }
             run_part(job, index);
             if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -131,6 +183,8 @@ class Pool {
     uint64_t generation_ = 0;
     bool stop_ = false;
     std::atomic<int> pending_{0};
+    std::atomic<uint64_t> claim_{0};
+    std::atomic<int64_t> done_{0};
 };
 
 // Plain pointers (constant-initialised): no static constructor runs at dlopen.
@@ -176,6 +230,20 @@ void parallel_for_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
     chunk = (chunk + grain - 1) / grain * grain;
     parts = static_cast<int>((n + chunk - 1) / chunk);
     p->run(Job{fn, ctx, n, chunk}, parts);
+    p->busy.unlock();
+}
+
+void parallel_for_dynamic_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (n / grain >= (int64_t{1} << 30)) grain = n / (int64_t{1} << 30) + 1;  // chunk indices fit 32 bits
+    Pool* p = pool();
+    int64_t chunks = (n + grain - 1) / grain;
+    if (chunks <= 1 || (p->size() <= 1 && !p->bound()) || !p->busy.try_lock()) {
+        fn(ctx, 0, n);
+        return;
+    }
+    p->run_dynamic(Job{fn, ctx, n, grain, chunks});
     p->busy.unlock();
 }
 

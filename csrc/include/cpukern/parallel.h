@@ -23,6 +23,18 @@ inline void parallel_for(int64_t n, int64_t grain, F&& f) {
     parallel_for_raw(n, grain, [](void* c, int64_t b, int64_t e) { (*static_cast<F*>(c))(b, e); }, &f);
 }
 
+// Like parallel_for, but [0, n) is cut into `grain`-sized chunks that the
+// threads take one at a time (an atomic counter), the caller included: a
+// thread the OS delays (a shared or oversubscribed machine) holds up only
+// the chunk it is running, never a fixed share of the work. For element-wise
+// kernels (norms, activations, rotary), whose chunks cost alike.
+void parallel_for_dynamic_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx);
+
+template <class F>
+inline void parallel_for_dynamic(int64_t n, int64_t grain, F&& f) {
+    parallel_for_dynamic_raw(n, grain, [](void* c, int64_t b, int64_t e) { (*static_cast<F*>(c))(b, e); }, &f);
+}
+
 int num_threads();
 
 }  // namespace cpukern
