@@ -101,6 +101,17 @@ class PublicCpubuild:
         data: dict[str, Any] = json.loads(proc.stdout[start:])
         return proc.returncode, data
 
+    def wheel_of_every_variant(self, project: Path, *, build_root: Path, cwd: Path) -> dict[str, Any]:
+        """`cpubuild wheel --project P --json` (defaults, so the project's wheelhouse/): its summary, checked to
+        hold every variant its matrix declares for this host's arch."""
+        from cpubuild.matrix import load_matrix
+
+        _, summary = self.json("wheel", "--project", str(project), "--build-root", str(build_root), cwd=cwd)
+        assert summary["ok"], summary
+        declared = load_matrix(project / "isa_matrix.toml").variants_for(os.uname().machine)
+        assert sorted(summary["wheel"]["variants"]) == sorted(v.name for v in declared)
+        return summary
+
     @contextmanager
     def serve(self, directory: Path, *, startup_timeout: float = 60) -> Iterator[str]:
         """`cpubuild serve DIRECTORY --port 0`; yields the base URL it announces (ending in /)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cpubuild.matrix import load_matrix
-from oracle import ARCH, oracle_ranking
+from oracle import oracle_ranking
 from public_cpubuild import PublicCpubuild, clean_env, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 from testsupport import REPO, nested_pytest, require, require_tool, run
 
@@ -46,11 +46,8 @@ def test_xxhash_example_fetch_build_licences_and_equal_results(public_cpubuild: 
     require(fetched.returncode == 0, f"the package registry did not give the pinned xxhash sdist: {fetched.stderr.strip()}")
     assert fetched.stdout.strip() == str(project / "third_party" / "xxhash")
 
-    _, summary = public_cpubuild.json("wheel", "--project", str(project), "--build-root", str(tmp_path / "build"),
-                                      cwd=tmp_path)
-    assert summary["ok"], summary
+    summary = public_cpubuild.wheel_of_every_variant(project, build_root=tmp_path / "build", cwd=tmp_path)
     matrix = load_matrix(project / "isa_matrix.toml")
-    assert sorted(summary["wheel"]["variants"]) == sorted(v.name for v in matrix.variants_for(ARCH))
     wheel = Path(summary["wheel"]["path"])
 
     with zipfile.ZipFile(wheel) as archive:

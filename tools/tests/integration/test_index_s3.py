@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 from cpubuild.index.s3 import S3Storage
 from cpubuild.index.verify import verify_tree
+from s3server import moto_s3
 from test_index_publish import COMMIT_A, COMMIT_B, cli, start_worker, synthetic_wheels, wheel
 from testsupport import require
 
@@ -23,48 +22,25 @@ pytestmark = pytest.mark.slow
 
 BUCKET = "cpubuild-index"
 PREFIX = "wheels"
-SERVER = """
-from werkzeug.serving import make_server
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=False)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Any]:
     try:
         import boto3
-        import moto.moto_server.werkzeug_app  # noqa: F401
     except ImportError as exc:
-        require(False, f"boto3 and moto[server] are needed: {exc}")
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    port = int(proc.stdout.readline())
-    settings = {
-        "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    }
-    saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)  # for this process and the publishers it starts
-    try:
-        client = boto3.client("s3")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        proc.terminate()
-        proc.wait(timeout=30)
+        require(False, f"boto3 is needed: {exc}")
+    with moto_s3(threaded=False) as settings:
+        saved = {k: os.environ.get(k) for k in settings}
+        os.environ.update(settings)  # for this process and the publishers it starts
+        try:
+            client = boto3.client("s3")
+            client.create_bucket(Bucket=BUCKET)
+            yield client
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def objects(client: Any) -> dict[str, str]:

@@ -16,43 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3server import moto_s3
 from testsupport import REPO, require, require_host, require_tool, run
 
 pytestmark = pytest.mark.slow
 
 BUCKET = "cpubuild-ccache"
 SECRET = "never-printed-0123456789"
-SERVER = """
-from werkzeug.serving import make_server
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=True)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
-
-
 @pytest.fixture(scope="module")
 def s3_env() -> Iterator[dict[str, str]]:
     require_host(os.uname().machine == "x86_64", "cpukern's avx2 variant: an x86_64 host")
     require_tool("sccache", "git")
     try:
         import boto3
-        import moto.moto_server.werkzeug_app  # noqa: F401
     except ImportError as exc:
-        require(False, f"boto3 and moto[server] are needed: {exc}")
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    try:
-        port = int(proc.stdout.readline())
-        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-               "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-               "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+        require(False, f"boto3 is needed: {exc}")
+    with moto_s3(threaded=True, secret=SECRET) as env:
         boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing", aws_secret_access_key=SECRET,
                      region_name="us-east-1").create_bucket(Bucket=BUCKET)
         yield env
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def cpubuild(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
