@@ -22,7 +22,7 @@ tests=(tests/unit/test_select.py tests/unit/test_macos_select.py tests/unit/test
        tests/unit/test_matrix_inputs.py tests/unit/test_install_levels.py tests/unit/test_wheel_plan.py
        tests/unit/test_index_names.py tests/unit/test_index_pages.py tests/unit/test_settings.py
        tests/unit/test_contract.py tests/unit/test_project.py tests/unit/test_wheel_parts.py
-       tests/unit/test_audit_allow.py)
+       tests/unit/test_settings_reader.py tests/unit/test_audit_allow.py)
 
 rm -rf "$work" && mkdir -p "$work/tests/unit"
 cp -r "$repo/tools/cpubuild" "$work/"
