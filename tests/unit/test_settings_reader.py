@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from cpubuild.settings import Field, SettingsError
-from cpubuild.settings.model import WheelSettings
-from cpubuild.settings.reader import check_value, from_text, layer, shown_key
+from cpubuild.settings.model import CpubuildSettings, WheelSettings
+from cpubuild.settings.reader import check_value, from_text, layer, read_table, shown_key
 
 
 def fail(problem: str) -> SettingsError:
@@ -38,6 +38,8 @@ REFUSED = [
     (field("records", **RECORDS), [5], 'must be a list of tables {library = "...", requires = "..."}, got [5]'),
     (field("records", **RECORDS), [{"requires": "x"}], "entry 1: `library` is required"),
     (field("records", **RECORDS), [{"library": "a", "soname": "x"}], "entry 1: unknown key soname (known: library, requires)"),
+    (field("records", **RECORDS), [{"library": "a"}, {"library": " "}], "entry 2: library must be a non-empty string"),
+    (field("records", **RECORDS), [{"library": "a", "requires": 5}], "entry 1: requires must be a string, got 5"),
 ]
 
 
@@ -110,3 +112,12 @@ def test_options_split_only_comma_lists_and_take_paths_from_the_working_director
     assert settings.isa == ("avx2", "avx512")
     assert settings.config_settings == ("cmake.define.A=1,2",)  # a value may hold commas
     assert settings.out == Path("/cwd/w")
+
+
+def test_a_sub_table_is_read_whole_and_its_paths_are_the_projects() -> None:
+    settings = read_table(CpubuildSettings, {"wheel": {"out": "w"}, "kind": "torch"}, "/proj/pyproject.toml",
+                          "tool.cpubuild", base=Path("/proj"))
+    assert (settings.wheel.out, settings.kind) == (Path("/proj/w"), "torch")  # keys after a sub-table count too
+    with pytest.raises(SettingsError) as info:
+        read_table(CpubuildSettings, {"wheel": 5}, "/proj/pyproject.toml", "tool.cpubuild")
+    assert (info.value.where, info.value.problem) == ("[tool.cpubuild.wheel]", "must be a table")
