@@ -550,3 +550,8 @@ def test_nothing_usable_keeps_every_variants_status_for_the_report() -> None:
         X86_VARIANTS, key=lambda v: int(v["priority"]), reverse=True)]
     assert all(isinstance(r, sel.VariantStatus) and r.reason == "not built into this package" for r in rows)
     assert raised.value.missing == []
+
+
+def test_a_manifest_without_variants_for_this_arch_is_a_clear_error() -> None:
+    with pytest.raises(errors.NoVariantError, match=r"^no usable cpukern variant: $"):
+        sel.select_variant([], HASWELL_FOUND, built=[], env_prefix=PREFIX, package="cpukern")
