@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpubuild.settings import Field, SettingsError
+from cpubuild.settings import Field, SettingsError, fields_of
 from cpubuild.settings.model import CpubuildSettings, WheelSettings
 from cpubuild.settings.reader import check_value, from_text, layer, read_table, shown_key
 
@@ -121,3 +121,16 @@ def test_a_sub_table_is_read_whole_and_its_paths_are_the_projects() -> None:
     with pytest.raises(SettingsError) as info:
         read_table(CpubuildSettings, {"wheel": 5}, "/proj/pyproject.toml", "tool.cpubuild")
     assert (info.value.where, info.value.problem) == ("[tool.cpubuild.wheel]", "must be a table")
+
+
+def test_an_option_left_unset_does_not_end_the_list() -> None:
+    assert wheel(arch=None, ccache="off").ccache == "off"
+
+
+@pytest.mark.parametrize(("value", "problem"), [(5, "5 is not a Python package name"),
+                                                ("a\nb", "'a\\nb' is not a Python package name")])
+def test_a_custom_problem_quotes_the_value_given(value: Any, problem: str) -> None:
+    package = next(f for f in fields_of(CpubuildSettings) if f.name == "package")
+    with pytest.raises(SettingsError) as info:
+        check_value(package, value, fail)
+    assert info.value.problem == problem
