@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Mutation testing of cpubuild's pure modules (a developer command, not CI):
-# mutmut mutates runtime/select.py, matrix.py and index/names.py and runs the
-# unit tests that cover them against each mutant. It works on a scratch copy
-# (MUTATE_DIR, default $TMPDIR/cpubuild-mutate) laid out so that `cpubuild`
+# mutmut mutates runtime/select.py, matrix.py, index/names.py and the settings
+# model (settings/model.py, settings/reader.py) and runs the unit tests that
+# cover them against each mutant (docs/mutation.md: scores, explained
+# survivors). It works on a scratch copy (MUTATE_DIR, default $TMPDIR/cpubuild-mutate) laid out so that `cpubuild`
 # imports as it does for users (mutmut names mutants by import path), and
 # prints the score and the surviving mutants. Afterwards, in that folder:
 #   mutmut show <mutant>     the diff of one survivor
@@ -14,26 +15,35 @@ work=${MUTATE_DIR:-${TMPDIR:-/tmp}/cpubuild-mutate}
 command -v mutmut >/dev/null || { echo "mutate.sh: mutmut is not installed (pip install mutmut)" >&2; exit 1; }
 
 # MUTATE_MODULES narrows it, e.g. "cpubuild/index/names.py" (matrix.py alone is ~1400 mutants)
-read -r -a modules <<< "${MUTATE_MODULES:-cpubuild/runtime/select.py cpubuild/matrix.py cpubuild/index/names.py}"
-tests=(tools/tests/unit/test_select.py tools/tests/unit/test_macos_select.py tools/tests/unit/test_matrix.py
-       tools/tests/unit/test_install_levels.py tools/tests/unit/test_wheel_plan.py tools/tests/unit/test_index_names.py
-       tools/tests/unit/test_index_pages.py)
+read -r -a modules <<< "${MUTATE_MODULES:-cpubuild/runtime/select.py cpubuild/matrix.py cpubuild/index/names.py cpubuild/settings/model.py cpubuild/settings/reader.py}"
+# fast unit tests only (mutmut runs those that cover a mutated function); the
+# hypothesis fuzz of the settings reader is left out: it checks only "one error, no traceback"
+tests=(tests/unit/test_select.py tests/unit/test_macos_select.py tests/unit/test_matrix.py
+       tests/unit/test_matrix_inputs.py tests/unit/test_install_levels.py tests/unit/test_wheel_plan.py
+       tests/unit/test_index_names.py tests/unit/test_index_pages.py tests/unit/test_settings.py
+       tests/unit/test_contract.py tests/unit/test_project.py tests/unit/test_wheel_parts.py
+       tests/unit/test_settings_reader.py tests/unit/test_audit_allow.py)
 
-rm -rf "$work" && mkdir -p "$work/tests/unit"
+rm -rf "$work" && mkdir -p "$work/tests/unit"  # the scratch keeps the old layout: tests/unit, helpers in tests/
 cp -r "$repo/tools/cpubuild" "$work/"
 mkdir -p "$work/mutants" && ln -s . "$work/mutants/tools"  # the tests' conftest imports REPO/tools: the mutated copy
-cp "$repo/isa_matrix.toml" "$work/"
-cp "$repo/tests/conftest.py" "$repo/tests/ci_skip_rule.py" "$work/tests/"
-for t in "${tests[@]}"; do cp "$repo/$t" "$work/$t"; done
+cp -r "$repo/isa_matrix.toml" "$repo/docs" "$work/"  # test_settings compares the docs tables with the model
+cp "$repo/tools/tests/conftest.py" "$repo/tools/tests/ci_skip_rule.py" "$work/tests/"
+# REPO is two levels up from tools/tests/testsupport.py, one from the scratch's tests/
+sed 's/\.parents\[2\]$/.parents[1]/' "$repo/tools/tests/testsupport.py" > "$work/tests/testsupport.py"
+for t in "${tests[@]}"; do cp "$repo/tools/$t" "$work/$t"; done
 {
   cat "$repo/pyproject.toml"  # the tests read cpukern's [tool.cpubuild] from it
   echo
   echo "[tool.mutmut]"
   echo 'source_paths = ["cpubuild"]'
   printf 'only_mutate = [%s]\n' "$(printf '"%s", ' "${modules[@]}" | sed 's/, $//')"
-  echo 'also_copy = ["tests", "isa_matrix.toml"]'
+  echo 'also_copy = ["tests", "isa_matrix.toml", "docs"]'
   printf 'pytest_add_cli_args_test_selection = [%s]\n' "$(printf '"%s", ' "${tests[@]}" | sed 's/, $//')"
-  echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-o", "addopts="]'
+  # these two read cpukern's CMakeLists.txt and benchmark script, which the scratch copy leaves out
+  echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-o", "addopts=",'
+  echo '  "--deselect", "tests/unit/test_contract.py::test_cpukern_contract",'
+  echo '  "--deselect", "tests/unit/test_project.py::test_cpukern_cmakelists_uses_the_interface"]'
 } > "$work/pyproject.toml"
 
 cd "$work"

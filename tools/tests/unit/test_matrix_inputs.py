@@ -223,3 +223,56 @@ def test_cmake_bridge_carries_the_limited_api(tmp_path: Path) -> None:
     (p / "pyproject.toml").write_text(PYPROJECT.replace('version = "1.0"', 'version = "1.0"\nrequires-python = ">=3.11"'))
     floor = cmake_variables(load_matrix(p / "isa_matrix.toml"), load_config(p), "x86_64", "gcc")
     assert 'set(CPUBUILD_PYTHON_LIMITED_API "0x030B0000")' in floor.splitlines()
+
+
+def test_a_child_redeclaring_an_optional_flag_replaces_the_parents_entry(tmp_path: Path) -> None:
+    """The child's define wins for that flag; the flags it does not name are inherited, parent's first."""
+    text = LADDER + ('\n[[variant]]\nname = "amx2"\nextends = "amx"\nrequires = ["avx10_2"]\nflags = ["-mavx10.2"]\n'
+                     'optional-flags = [{flag = "-mamx-fp8", define = "AMX_FP8_V2"}]\n')
+    amx2 = load_matrix(project(tmp_path, text) / "isa_matrix.toml").variant("x86_64", "amx2")
+    assert amx2.optional_flags == (OptionalFlag(flag="-mavx10.2", define=None),
+                                   OptionalFlag(flag="-mamx-fp8", define="AMX_FP8_V2"))
+
+
+@pytest.mark.parametrize(("entry", "field", "problem"), [
+    ('compile-options = ["-fopenmp"]', 'compile-options = [" "]', "has an empty option"),
+    ('compile-options = ["-fopenmp"]', 'compile-options = ["-march=native"]',
+     "-march=native tunes the wheel to the build machine; name the ISA explicitly"),
+    ('{flag = "-mavx10.2"}', '{flag = "-mtune=native"}',
+     "-mtune=native tunes the wheel to the build machine; name the ISA explicitly"),
+])
+def test_a_refused_input_names_its_field_and_problem_exactly(tmp_path: Path, entry: str, field: str, problem: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        load_matrix(project(tmp_path, LADDER.replace(entry, field)) / "isa_matrix.toml")
+    assert info.value.problem == problem
+    assert info.value.where.endswith(("field 'compile-options'", "field 'optional-flags[1]'"))
+
+
+def test_a_floor_that_is_no_variant_name_is_refused_at_the_floor(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError) as info:
+        load_matrix(project(tmp_path, LADDER.replace('floor = "avx2"', 'floor = "AVX-2"')) / "isa_matrix.toml")
+    assert (info.value.where, info.value.problem) == ("arch 'x86_64', field 'floor'", "'AVX-2' is not a variant name")
+
+
+def test_the_bridge_manifest_records_the_torch_and_the_optional_flags(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    out = tmp_path / "m.json"
+    argv = ["--project", str(root), "manifest", "--arch", "x86_64", "--variants", "avx2;amx", "--library",
+            "_vk_{variant}.so", "--probe", "p.so", "--optional-flag", "amx:1:-mamx-fp8", "--optional-flag",
+            "amx:0:-mavx10.2", "--out", str(out)]
+    assert _main([*argv, "--torch", "2.9.1"]) == 0
+    data = json.loads(out.read_text())
+    assert data["torch"] == "2.9.1"
+    assert {v["name"]: v.get("optional_flags") for v in data["variants"]} == {
+        "avx2": None, "avx512": None, "amx": {"-mamx-fp8": True, "-mavx10.2": False}}
+    assert _main(argv) == 0
+    assert "torch" not in json.loads(out.read_text())  # not a torch build: no torch fact
+
+
+def test_the_bridge_refuses_a_library_pattern_at_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = project(tmp_path)
+    argv = ["--project", str(root), "manifest", "--arch", "x86_64", "--variants", "avx2", "--library", "_vk_{variant}}.so",
+            "--probe", "p.so", "--out", str(tmp_path / "m.json")]
+    assert _main(argv) == 2
+    assert capsys.readouterr().err == (f"error: {root / 'isa_matrix.toml'}: manifest: --library '_vk_{{variant}}}}.so' "
+                                       "must name each variant's file with {variant} (and no other braces)\n")

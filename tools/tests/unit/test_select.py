@@ -523,3 +523,35 @@ def test_nothing_usable_lists_every_variant_and_its_reason() -> None:
     reasons = str(raised.value).removeprefix("no usable cpukern variant: ").split("; ")
     assert sorted(r.split(": ", 1)[0] for r in reasons) == sorted(v.name for v in MATRIX.variants_for("x86_64"))
     assert any(r.startswith("baseline: disabled by CPUKERN_DISABLE_ISA") for r in reasons), reasons
+
+
+@pytest.mark.parametrize("register", ["eax", "ebx", "ecx", "edx"])
+def test_a_version_leaf_the_probe_did_not_read_is_version_0(register: str) -> None:
+    """The feature bit is set but the version leaf lies above the CPU's maximum: version 0, refused."""
+    raw = sel.RawProbe(cpuid={(7, 1): (0, 0, 0, bits(19))})
+    spec = {"cpuid": [7, 1, "edx", 19], "version": [0x24, 0, register, 8, 1]}
+    assert sel._why_missing(spec, raw, darwin=False) == "CPUID reports version 0, not 1 or later"
+
+
+def test_only_the_version_field_counts_not_the_bits_above_it() -> None:
+    """AVX10's leaf 24H EBX holds the version in bits 0-7 and vector-length bits above it:
+    a version-1 CPU with every other bit set still lacks AVX10.2."""
+    raw = _with_leaves(SAPPHIRE_RAPIDS, {(7, 1): (bits(4, 5), 0, 0, bits(19)), (0x24, 0): (0, 0xFFFFFF01, 0, 0)})
+    report = sel.decode_features(X86_FEATURES, raw, permission=Permission(True))
+    assert report.not_found["avx10_2"] == "CPUID reports version 1, not 2 or later"
+
+
+def test_nothing_usable_keeps_every_variants_status_for_the_report() -> None:
+    """`cpubuild`'s report prints these rows when selection fails (runtime/report.py)."""
+    with pytest.raises(errors.NoVariantError) as raised:
+        select(built=[])
+    rows = raised.value.variants
+    assert [getattr(r, "name", None) for r in rows] == [v["name"] for v in sorted(
+        X86_VARIANTS, key=lambda v: int(v["priority"]), reverse=True)]
+    assert all(isinstance(r, sel.VariantStatus) and r.reason == "not built into this package" for r in rows)
+    assert raised.value.missing == []
+
+
+def test_a_manifest_without_variants_for_this_arch_is_a_clear_error() -> None:
+    with pytest.raises(errors.NoVariantError, match=r"^no usable cpukern variant: $"):
+        sel.select_variant([], HASWELL_FOUND, built=[], env_prefix=PREFIX, package="cpukern")
