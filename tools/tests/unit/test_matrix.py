@@ -619,8 +619,8 @@ BAD_INPUT = [
     ("broken matrix", GOOD.replace('"fma"]', '"fma3"]'), ["cmake", "--arch", "x86_64", "--compiler", "gcc"],
      ("variant 'avx2' (x86_64), field 'requires': unknown feature 'fma3'",)),
     ("broken matrix (check)", "schema = 1\n", ["check"], ("schema 1",)),
-    ("unknown built variant", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline,avx3", "--library", "_d_{variant}.so",
-                                     "--probe", "p.so"], ("--variants names 'avx3'", "known: baseline, avx2, avx512")),
+    ("unknown built variants", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline,avx3;avx4", "--library", "_d_{variant}.so",
+                                      "--probe", "p.so"], ("arch 'x86_64': --variants names 'avx3', 'avx4',", "known: baseline, avx2, avx512")),
     ("library without {variant}", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline", "--library", "_d.so",
                                          "--probe", "p.so"], ("--library '_d.so'", "{variant}")),
     ("library with another field", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline", "--library", "_d_{name}.so",
@@ -639,6 +639,34 @@ def test_bridge_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
     assert err.startswith(f"error: {project / 'isa_matrix.toml'}: ") and err.endswith("\n") and err.count("\n") == 1, err
     for word in words:
         assert word in err, f"{word!r} not in {err!r}"
+    assert not out.exists()
+
+
+CMAKE_ARGS = ("cmake", "--arch", "x86_64", "--compiler", "gcc", "--out")
+MANIFEST_ARGS = ("manifest", "--arch", "x86_64", "--variants", "baseline", "--library", "_d_{variant}.so", "--probe", "p.so", "--out")
+
+
+def _without(argv: tuple[str, ...], option: str) -> tuple[str, ...]:
+    at = argv.index(option)
+    return argv[:at] + argv[at + 2:] if option != "--out" else argv[:at]
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    *((_without(CMAKE_ARGS, o), o) for o in ("--arch", "--compiler", "--out")),
+    *((_without(MANIFEST_ARGS, o), o) for o in ("--arch", "--variants", "--library", "--probe", "--out")),
+    (("cmake", "--arch", "x86_64", "--compiler", "msvc", "--out"), "invalid choice: 'msvc'"),
+    ((), "required: command"),
+    (None, "required: --project"),
+])
+def test_bridge_usage_mistakes_exit_2_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        argv: tuple[str, ...] | None, named: str) -> None:
+    """The bridge is CMake's, but a hand-made call gets argparse's usage line, never a traceback or a silent 0."""
+    project = make_project(tmp_path)
+    out = tmp_path / "out.txt"
+    full = ["check"] if argv is None else ["--project", str(project), *argv, *([str(out)] if argv and argv[-1] == "--out" else [])]
+    with pytest.raises(SystemExit) as info:
+        _main(full)
+    assert info.value.code == 2 and named in capsys.readouterr().err
     assert not out.exists()
 
 
