@@ -147,7 +147,7 @@ BROKEN = [
 ]
 
 
-@pytest.mark.parametrize("old, new, where, words", BROKEN, ids=[f"{b[1][:30]}" for b in BROKEN])
+@pytest.mark.parametrize("old, new, where, words", BROKEN, ids=[b[1][:30].replace("\\", "(backslash)") for b in BROKEN])
 def test_broken_inputs_are_refused_precisely(tmp_path: Path, old: str, new: str, where: str, words: tuple[str, ...]) -> None:
     assert old in LADDER
     path = project(tmp_path, LADDER.replace(old, new, 1)) / "isa_matrix.toml"
