@@ -37,6 +37,7 @@ def test_allow_entries_reach_the_manifest() -> None:
 @pytest.mark.parametrize(("audit", "where"), [
     ({"allow": [{"symbol": "f"}]}, "audit.allow entry #1, field 'reason': is required"),
     ({"allow": [{"symbol": "f", "reason": " "}]}, "audit.allow entry #1, field 'reason': must not be empty"),
+    ({"allow": [{"symbol": " ", "reason": "r"}]}, "audit.allow entry #1, field 'symbol': must not be empty"),
     ({"allow": [{"symbol": "f", "reason": "r", "why": 1}]}, "field 'why': unknown key"),
     ({"allow": "f"}, "table 'audit', field 'allow': must be"),
     ({"deny": []}, "table 'audit', field 'deny': unknown key"),

@@ -240,6 +240,29 @@ def test_child_may_narrow_its_compilers_and_override_one_family() -> None:
     assert sve.requires == ("asimd", "sve", "bf16")
 
 
+def test_a_child_builds_with_its_parents_compilers_unless_it_names_its_own() -> None:
+    matrix = parse_matrix({"schema": 2, "arch": {"aarch64": {"os": ["linux", "darwin"]}}, "variant": [
+        _variant("neon", "aarch64", priority=0, flags={"default": ["-march=armv8-a"], "apple-clang": ["-arch", "arm64"]}),
+        _variant("dotprod", "aarch64", priority=10, compilers=["gcc", "clang"], requires=["asimddp"], flags=["-march=armv8.2-a+dotprod"]),
+        _variant("i8mm", None, extends="dotprod", requires=["i8mm"], flags=["-march=armv8.6-a"]),
+        _variant("mac", None, extends="dotprod", requires=["bf16"], priority=30, compilers=["clang", "apple-clang"],
+                 flags={"default": ["-march=armv8.6-a+bf16"], "apple-clang": ["-mcpu=apple-m2"]}),
+    ]})
+    assert matrix.variant("aarch64", "i8mm").compilers == ("gcc", "clang")  # the parent's, not all of the arch's
+    mac = matrix.variant("aarch64", "mac")
+    assert mac.flags == {"clang": ("-march=armv8.6-a+bf16",), "apple-clang": ("-mcpu=apple-m2",)}  # no parent flags for apple-clang
+    assert (matrix.variant("aarch64", "neon").description, mac.description) == ("", "")  # none given, none inherited
+
+
+@pytest.mark.parametrize(("arch", "problem"), [(None, "no variant 'avx3' to extend"),
+                                               ("x86_64", "no variant 'avx3' to extend for x86_64")])
+def test_extending_an_unknown_variant_names_the_arch_asked_for(arch: str | None, problem: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        parse_matrix({"schema": 2, "variant": [_variant("baseline", priority=0, flags=["-O2"]),
+                                               _variant("avx2", arch, extends="avx3", requires=["avx2"], flags=["-mavx2"])]})
+    assert (info.value.where, info.value.problem) == ("variant 'avx2', field 'extends'", problem)
+
+
 def test_extends_with_arch_picks_among_same_named_variants() -> None:
     matrix = parse_matrix({"schema": 2, "variant": [
         _variant("baseline", "x86_64", priority=0, flags=["-march=x86-64"]),
@@ -373,6 +396,8 @@ BROKEN: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("no flags at all", DOTPROD_FLAGS + "\n", "", "variant 'dotprod' (aarch64), field 'flags'", ("no flags for compiler family 'gcc'",)),
     ("empty flags", DOTPROD_FLAGS, "flags = []", "variant 'dotprod' (aarch64), field 'flags'", ("no flags",)),
     ("empty flag string", DOTPROD_FLAGS, 'flags = [""]', "variant 'dotprod' (aarch64), field 'flags'", ("non-empty strings",)),
+    ("two flags in one string", DOTPROD_FLAGS, 'flags = ["-march=armv8.2-a+dotprod -O2"]', "variant 'dotprod' (aarch64), field 'flags'",
+     ("'-march=armv8.2-a+dotprod -O2' holds whitespace", "one flag per string")),
     ("flags is a string", DOTPROD_FLAGS, 'flags = "-O2"', "variant 'dotprod' (aarch64), field 'flags'", ("a list or a table", "got str")),
     ("family flags not a list", CLANG512, 'clang = "-mavx512f"', "variant 'avx512' (x86_64), field 'flags.clang'",
      ("list of non-empty strings", "'-mavx512f'")),
@@ -500,7 +525,7 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 
 def test_bridge_cmake_variables_of_another_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = make_project(tmp_path)
-    out = tmp_path / "build" / "matrix.cmake"
+    out = tmp_path / "build" / "cmake" / "matrix.cmake"  # folders made as needed
     code, _, err = run_main(["--project", str(project), "cmake", "--arch", "arm64", "--compiler", "apple-clang", "--out", str(out)], capsys)
     assert code == 0, err
     script = out.read_text()
@@ -529,6 +554,8 @@ def test_cmake_variables_follow_the_family(tmp_path: Path) -> None:
     assert "set(CPUBUILD_VARIANT_avx512_PRIORITY 20)" in gcc
     clang = cmake_variables(matrix, config, "x86_64", "clang")
     assert "-mavx512bw;-mevex512" in clang
+    apple = cmake_variables(matrix, config, "x86_64", "apple-clang").splitlines()  # a family no variant builds with
+    assert 'set(CPUBUILD_VARIANTS "")' in apple and 'set(CPUBUILD_PROBE_FLAGS "")' in apple
     cpukern = cmake_variables(load_matrix(CPUKERN_MATRIX), load_config(REPO), "aarch64", "apple-clang")
     assert 'set(CPUBUILD_PACKAGE "cpukern")' in cpukern and 'set(CPUBUILD_ENV_PREFIX "CPUKERN")' in cpukern
     assert 'set(CPUBUILD_VARIANTS "neon;neon_dotprod;neon_bf16")' in cpukern  # sve: Linux only
@@ -592,8 +619,8 @@ BAD_INPUT = [
     ("broken matrix", GOOD.replace('"fma"]', '"fma3"]'), ["cmake", "--arch", "x86_64", "--compiler", "gcc"],
      ("variant 'avx2' (x86_64), field 'requires': unknown feature 'fma3'",)),
     ("broken matrix (check)", "schema = 1\n", ["check"], ("schema 1",)),
-    ("unknown built variant", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline,avx3", "--library", "_d_{variant}.so",
-                                     "--probe", "p.so"], ("--variants names 'avx3'", "known: baseline, avx2, avx512")),
+    ("unknown built variants", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline,avx3;avx4", "--library", "_d_{variant}.so",
+                                      "--probe", "p.so"], ("arch 'x86_64': --variants names 'avx3', 'avx4',", "known: baseline, avx2, avx512")),
     ("library without {variant}", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline", "--library", "_d.so",
                                          "--probe", "p.so"], ("--library '_d.so'", "{variant}")),
     ("library with another field", GOOD, ["manifest", "--arch", "x86_64", "--variants", "baseline", "--library", "_d_{name}.so",
@@ -612,6 +639,34 @@ def test_bridge_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
     assert err.startswith(f"error: {project / 'isa_matrix.toml'}: ") and err.endswith("\n") and err.count("\n") == 1, err
     for word in words:
         assert word in err, f"{word!r} not in {err!r}"
+    assert not out.exists()
+
+
+CMAKE_ARGS = ("cmake", "--arch", "x86_64", "--compiler", "gcc", "--out")
+MANIFEST_ARGS = ("manifest", "--arch", "x86_64", "--variants", "baseline", "--library", "_d_{variant}.so", "--probe", "p.so", "--out")
+
+
+def _without(argv: tuple[str, ...], option: str) -> tuple[str, ...]:
+    at = argv.index(option)
+    return argv[:at] + argv[at + 2:] if option != "--out" else argv[:at]
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    *((_without(CMAKE_ARGS, o), o) for o in ("--arch", "--compiler", "--out")),
+    *((_without(MANIFEST_ARGS, o), o) for o in ("--arch", "--variants", "--library", "--probe", "--out")),
+    (("cmake", "--arch", "x86_64", "--compiler", "msvc", "--out"), "invalid choice: 'msvc'"),
+    ((), "required: command"),
+    (None, "required: --project"),
+])
+def test_bridge_usage_mistakes_exit_2_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        argv: tuple[str, ...] | None, named: str) -> None:
+    """The bridge is CMake's, but a hand-made call gets argparse's usage line, never a traceback or a silent 0."""
+    project = make_project(tmp_path)
+    out = tmp_path / "out.txt"
+    full = ["check"] if argv is None else ["--project", str(project), *argv, *([str(out)] if argv and argv[-1] == "--out" else [])]
+    with pytest.raises(SystemExit) as info:
+        _main(full)
+    assert info.value.code == 2 and named in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -126,6 +126,7 @@ BROKEN = [
     ('sources = ["csrc/cpu/shm.cpp"]', 'sources = ["/abs/shm.cpp"]', "variant 'avx512' (x86_64), field 'sources'",
      ("relative to", "VARIANT_SOURCE_DIR")),
     ('sources = ["csrc/cpu/shm.cpp"]', 'sources = ["${VLLM}/shm.cpp"]', "field 'sources'", ("relative to",)),
+    ('sources = ["csrc/cpu/shm.cpp"]', "sources = ['csrc\\cpu\\shm.cpp']", "field 'sources'", ("written with '/'",)),
     ('sources = ["csrc/cpu/shm.cpp"]', 'sources = "csrc/cpu/shm.cpp"', "field 'sources'", ("must be a list",)),
     ('compile-definitions = ["CPU_CAPABILITY_AVX512"]', 'compile-definitions = ["-DCPU_CAPABILITY_AVX512"]',
      "field 'compile-definitions'", ("NAME or NAME=VALUE",)),
@@ -136,6 +137,7 @@ BROKEN = [
     ('{flag = "-mavx10.2"}', '{flag = "-mavx10.2", defines = "X"}', "field 'optional-flags[1]'", ("unknown key 'defines'",)),
     ('{flag = "-mavx10.2"}', '{flag = "mavx10.2"}', "field 'optional-flags[1]'", ("one compiler flag",)),
     ('{flag = "-mavx10.2"}', '"-mavx10.2"', "field 'optional-flags[1]'", ("must be a table",)),
+    ('{flag = "-mavx10.2"}', '{flag = "-mavx10.2 -O3"}', "field 'optional-flags[1]'", ("one compiler flag",)),
     ('{flag = "-mavx10.2"}', '{flag = "-mamx-fp8"}', "field 'optional-flags'", ("names -mamx-fp8 twice",)),
     ('define = "CPU_CAPABILITY_AMXFP8"', 'define = "A B"', "field 'optional-flags[0]'", ("NAME or NAME=VALUE",)),
     ('floor = "avx2"', 'floor = "avx3"', "arch 'x86_64', field 'floor'", ("no x86_64 variant 'avx3'", "avx2, avx512, amx")),
@@ -145,7 +147,7 @@ BROKEN = [
 ]
 
 
-@pytest.mark.parametrize("old, new, where, words", BROKEN, ids=[f"{b[1][:30]}" for b in BROKEN])
+@pytest.mark.parametrize("old, new, where, words", BROKEN, ids=[b[1][:30].replace("\\", "(backslash)") for b in BROKEN])
 def test_broken_inputs_are_refused_precisely(tmp_path: Path, old: str, new: str, where: str, words: tuple[str, ...]) -> None:
     assert old in LADDER
     path = project(tmp_path, LADDER.replace(old, new, 1)) / "isa_matrix.toml"
@@ -159,8 +161,10 @@ def test_broken_inputs_are_refused_precisely(tmp_path: Path, old: str, new: str,
 
 def test_a_floor_with_a_baseline_below_it_is_refused(tmp_path: Path) -> None:
     text = LADDER + '\n[[variant]]\nname = "base"\narch = "x86_64"\npriority = 0\nflags = ["-march=x86-64"]\n'
-    with pytest.raises(MatrixError, match=r"field 'floor': 'base' has an empty 'requires'.*drop the floor"):
-        load_matrix(project(tmp_path, text) / "isa_matrix.toml")
+    path = project(tmp_path, text) / "isa_matrix.toml"
+    with pytest.raises(MatrixError, match=r"field 'floor': 'base' has an empty 'requires'.*drop the floor") as info:
+        load_matrix(path)
+    assert info.value.path == str(path)
 
 
 def test_below_the_floor_the_dispatcher_names_what_is_missing(tmp_path: Path) -> None:
@@ -276,3 +280,49 @@ def test_the_bridge_refuses_a_library_pattern_at_manifest(tmp_path: Path, capsys
     assert _main(argv) == 2
     assert capsys.readouterr().err == (f"error: {root / 'isa_matrix.toml'}: manifest: --library '_vk_{{variant}}}}.so' "
                                        "must name each variant's file with {variant} (and no other braces)\n")
+
+
+ARM_FLOOR = """\
+[arch.aarch64]
+os = ["linux", "darwin"]
+floor = "dotprod"
+
+[[variant]]
+name = "dotprod"
+arch = "aarch64"
+priority = 10
+requires = ["asimddp"]
+flags = { default = ["-march=armv8.2-a+dotprod"], apple-clang = ["-arch", "arm64"] }
+"""
+
+
+def test_a_floor_counts_whatever_arch_table_comes_before_it(tmp_path: Path) -> None:
+    m = load_matrix(project(tmp_path, LADDER.replace("[arch.x86_64]", '[arch.aarch64]\nos = ["linux"]\n\n[arch.x86_64]')
+                            + '\n[[variant]]\nname = "neon"\narch = "aarch64"\npriority = 0\nflags = ["-march=armv8-a"]\n')
+                    / "isa_matrix.toml")
+    assert m.floor("aarch64") is None
+    floor = m.floor("x86_64")
+    assert floor is not None and floor.name == "avx2"
+
+
+def test_apple_clang_probes_a_floor_arch_with_no_flags(tmp_path: Path) -> None:
+    """Apple clang builds for arm64 with `-arch arm64` alone: the arch's probe flags are GNU -march ones."""
+    p = project(tmp_path, "schema = 2\n\n" + ARM_FLOOR)
+    m, config = load_matrix(p / "isa_matrix.toml"), load_config(p)
+    probe = hardware().arches["aarch64"].probe_flags
+    assert probe
+    assert 'set(CPUBUILD_PROBE_FLAGS "")' in cmake_variables(m, config, "aarch64", "apple-clang").splitlines()
+    gcc = cmake_variables(m, config, "aarch64", "gcc").splitlines()
+    assert f'set(CPUBUILD_PROBE_FLAGS "{";".join(probe)}")' in gcc
+
+
+def test_an_optional_flag_may_hold_a_colon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bridge's VARIANT:0|1:FLAG splits at the first two colons only."""
+    p = project(tmp_path, LADDER.replace('{flag = "-mavx10.2"}', '{flag = "-Wa,-mx86-used-note:no"}'))
+    out = tmp_path / "_manifest.json"
+    code = _main(["--project", str(p), "manifest", "--arch", "x86_64", "--variants", "avx2,amx", "--library", "_vk_{variant}.so",
+                  "--probe", "_vk_probe.so", "--optional-flag", "amx:1:-mamx-fp8", "--optional-flag",
+                  "amx:1:-Wa,-mx86-used-note:no", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    rows = {v["name"]: v for v in json.loads(out.read_text())["variants"]}
+    assert rows["amx"]["optional_flags"] == {"-mamx-fp8": True, "-Wa,-mx86-used-note:no": True}

@@ -134,3 +134,25 @@ def test_a_custom_problem_quotes_the_value_given(value: Any, problem: str) -> No
     with pytest.raises(SettingsError) as info:
         check_value(package, value, fail)
     assert info.value.problem == problem
+
+
+QUOTING = "{value!r} is refused"
+
+
+@pytest.mark.parametrize(("bad", "value", "problem"), [
+    (field("str", nonempty=True, problem=QUOTING), " ", "' ' is refused"),
+    (field("bool", problem=QUOTING), "yes", "'yes' is refused"),
+    (field("int", problem=QUOTING), "2", "'2' is refused"),
+    (field("int", minimum=1, problem=QUOTING), 0, "0 is refused"),
+    (field("records", problem=QUOTING, **RECORDS), {"library": "a"}, "{'library': 'a'} is refused"),
+])
+def test_a_custom_problem_quotes_the_value_of_every_kind(bad: Field, value: Any, problem: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        check_value(bad, value, fail)
+    assert info.value.problem == problem
+
+
+def test_a_custom_problem_quotes_the_environment_text() -> None:
+    with pytest.raises(SettingsError) as info:
+        from_text(field("int", problem=QUOTING), "2x", fail)
+    assert info.value.problem == "'2x' is refused"
