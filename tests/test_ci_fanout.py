@@ -82,3 +82,14 @@ def test_a_bad_group_in_pyproject_is_one_line_and_writes_nothing(tmp_path: Path)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
     assert "variant-groups" in out.stderr and "avx512 in no group" in out.stderr
     assert not (project / "ci").exists()
+
+
+def test_a_project_in_a_sub_directory_gets_its_artifact_paths_below_it() -> None:
+    matrix = load_matrix(CPUKERN_MATRIX)
+    pipe = Pipeline(cpubuild="./tools", workdir="libs/k", dist="cpukern", package="cpukern", variant_groups=TWO)
+    workflow = release_workflow(matrix, derived_cases(matrix), pipe)
+    paths = {job: [s["with"]["path"] for s in spec["steps"] if "path" in s.get("with", {})]
+             for job, spec in workflow["jobs"].items()}
+    assert paths["build"] == ["libs/k/wheelhouse/*.whl"]
+    assert paths["merge"] == ["libs/k/partial", "libs/k/wheelhouse/*.whl"]
+    assert paths["test"] == paths["nightly"] == paths["release"] == ["libs/k/wheelhouse"]
