@@ -1,6 +1,8 @@
 """Builds spread over runners (docs/scale-out.md), measured side by side in one run.
 
 * one runner: `cpubuild wheel` of every variant (fresh build directory, empty ccache)
+Every build is of HEAD, in fresh clones (commit first).
+
 * N simulated runners: one partial per variant group (`--isa GROUP`), built here one
   after another, each with a fresh build directory and an empty ccache, then
   `cpubuild merge`: the critical path is the slowest partial + the merge
@@ -106,16 +108,19 @@ def s3_server() -> Iterator[dict[str, str]]:
         proc.wait()
 
 
-def shared_cache_round(project: Path, arch: str, tmp: Path, env: dict[str, str], round_no: int) -> dict[str, Any]:
+def clone_head(head: str, where: Path) -> Path:
+    """A fresh clone of the commit under test: every build names its wheel the same way, whatever the work tree does."""
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(where)], check=True)
+    subprocess.run(["git", "-C", str(where), "checkout", "-q", head], check=True)
+    return where
+
+
+def shared_cache_round(inside: Path, head: str, arch: str, tmp: Path, env: dict[str, str], round_no: int) -> dict[str, Any]:
     """Two fresh clones of HEAD in different directories sharing one S3 prefix: cold, then warm."""
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    inside = project.resolve().relative_to(REPO)
     url = f"s3://{BUCKET}/round{round_no}"
     results = {}
     for name in ("cold", "warm"):
-        clone = tmp / name / "checkout" if name == "warm" else tmp / name
-        subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(clone)], check=True)
-        subprocess.run(["git", "-C", str(clone), "checkout", "-q", head], check=True)
+        clone = clone_head(head, tmp / name / "checkout" if name == "warm" else tmp / name)
         wall, cpu, summary = wheel(clone / inside, tmp, name, "--arch", arch, "--isa", "all", "--cache", url, env=env)
         results[name] = {"wall_s": wall, "cpu_s": cpu, "cache": summary["shared_cache"], "sha256": summary["wheel"]["sha256"]}
     results["identical"] = results["cold"]["sha256"] == results["warm"]["sha256"]
@@ -123,7 +128,7 @@ def shared_cache_round(project: Path, arch: str, tmp: Path, env: dict[str, str],
 
 
 def median(rounds: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(r[key] for r in rounds)
+    return float(statistics.median(r[key] for r in rounds))
 
 
 def main() -> None:
@@ -140,16 +145,19 @@ def main() -> None:
     groups = configured or [[v.name] for v in matrix.variants_for(args.arch) if not v.is_baseline]
     if not groups:
         sys.exit(f"{args.arch}: only a baseline, nothing to fan out")
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    inside = project.root.relative_to(REPO)
     rounds, shared = [], []
     with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as tmp:
+        source = clone_head(head, Path(tmp) / "source") / inside
         for r in range(args.repeat):
             print(f"round {r + 1}/{args.repeat}: one runner, then {len(groups)} partials + merge", file=sys.stderr)
-            rounds.append(one_round(project.root, args.arch, groups, Path(tmp) / f"r{r}"))
+            rounds.append(one_round(source, args.arch, groups, Path(tmp) / f"r{r}"))
         if not args.no_shared_cache:
             with s3_server() as env:
                 for r in range(args.repeat):
                     print(f"round {r + 1}/{args.repeat}: shared S3 cache, cold clone then warm clone", file=sys.stderr)
-                    shared.append(shared_cache_round(project.root, args.arch, Path(tmp) / f"s{r}", env, r))
+                    shared.append(shared_cache_round(inside, head, args.arch, Path(tmp) / f"s{r}", env, r))
     n = len(groups)
     single, critical = median(rounds, "single_wall_s"), median(rounds, "critical_wall_s")
     result: dict[str, Any] = {
