@@ -6,7 +6,7 @@ Every build is of HEAD, in fresh clones (commit first).
 * N simulated runners: one partial per variant group (`--isa GROUP`), built here one
   after another, each with a fresh build directory and an empty ccache, then
   `cpubuild merge`: the critical path is the slowest partial + the merge
-* a shared S3 cache (moto's S3 server on loopback, as tests/test_shared_cache.py):
+* a shared S3 cache (moto's S3 server on loopback, as tools/tests/integration/test_shared_cache.py):
   a cold build from one fresh clone, then a warm one from a second clone in
   another directory, both without any local compiler cache
 

@@ -15,9 +15,9 @@ command -v mutmut >/dev/null || { echo "mutate.sh: mutmut is not installed (pip 
 
 # MUTATE_MODULES narrows it, e.g. "cpubuild/index/names.py" (matrix.py alone is ~1400 mutants)
 read -r -a modules <<< "${MUTATE_MODULES:-cpubuild/runtime/select.py cpubuild/matrix.py cpubuild/index/names.py}"
-tests=(tests/unit/test_select.py tests/unit/test_macos_select.py tests/unit/test_matrix.py
-       tests/unit/test_install_levels.py tests/unit/test_wheel_plan.py tests/unit/test_index_names.py
-       tests/unit/test_index_pages.py)
+tests=(tools/tests/unit/test_select.py tools/tests/unit/test_macos_select.py tools/tests/unit/test_matrix.py
+       tools/tests/unit/test_install_levels.py tools/tests/unit/test_wheel_plan.py tools/tests/unit/test_index_names.py
+       tools/tests/unit/test_index_pages.py)
 
 rm -rf "$work" && mkdir -p "$work/tests/unit"
 cp -r "$repo/tools/cpubuild" "$work/"

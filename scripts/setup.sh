@@ -32,7 +32,7 @@ apt_install -- "${APT_PACKAGES[@]}"
 # bochs-term satisfies bochs' GUI dependency without X11 or GTK.
 BOCHS_PACKAGES=(bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso)
 apt_install --no-install-recommends -- "${BOCHS_PACKAGES[@]}"
-# The bare-metal AMX harness (tests/test_bochs_amx.py): g++ and binutils here, Bochs 3.0 from a
+# The bare-metal AMX harness (tools/tests/integration/test_bochs_amx.py): g++ and binutils here, Bochs 3.0 from a
 # cached Debian trixie tree (made below, after cpubuild is installed).
 apt_install -- g++ binutils debootstrap
 

@@ -15,7 +15,7 @@ grep -m1 -E "^cpu family" /proc/cpuinfo || true
 grep -m1 -E "^model\s" /proc/cpuinfo || true
 grep -m1 -E "^(flags|Features)" /proc/cpuinfo || true
 echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 tests/oracle.py || true
+python3 tools/tests/oracle.py || true
 
 echo "== lint"
 python3 -m ruff check python tools tests benchmarks examples

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, require_host, require_tool, run
 from cpubuild.emulate.bochs import BIOS, ISOLINUX_FILES, VGABIOS, BochsRun, GuestCommand, run_wheel
 from cpubuild.emulate.rootfs import cache_dir
 from cpubuild.matrix import load_matrix
+from testsupport import REPO, require, require_host, require_tool, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.bochs]
 

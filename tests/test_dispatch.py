@@ -2,7 +2,7 @@
 users meet it: `python -m cpukern [--json]`, CPUKERN_ISA, CPUKERN_DISABLE_ISA,
 broken or partial installs.
 
-The expected variant comes from an independent oracle (tests/oracle.py): the
+The expected variant comes from an independent oracle (tools/tests/oracle.py): the
 native host's /proc/cpuinfo flags mapped to cpubuild's feature names. Nothing
 here hard-codes what this machine picks.
 """
@@ -20,15 +20,15 @@ from typing import Any
 
 import oracle
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, assert_not_killed, require, require_host, require_tool, skip_host_fact
 from cpubuild.matrix import load_matrix
 from oracle import ARCH, oracle_features
+from testsupport import CPUKERN_MATRIX, REPO, assert_not_killed, require, require_host, require_tool, skip_host_fact
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 
 
 def oracle_ranking(built: set[str]) -> list[str]:
-    """Built variants this host runs, best first (the oracle, tests/oracle.py)."""
+    """Built variants this host runs, best first (the oracle, tools/tests/oracle.py)."""
     return oracle.oracle_ranking(MATRIX, built)
 
 

@@ -27,9 +27,9 @@ pytest.importorskip("numpy")
 pytest.importorskip("ml_dtypes")
 
 import cpukern
-from conftest import REPO
 from cpubuild.bench import roofline, targets
 from cpubuild.bench.table import render
+from testsupport import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_variants import TARGETS

@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CPUKERN_MATRIX, assert_not_killed, require, require_host, require_tool, skip_host_fact
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
+from testsupport import CPUKERN_MATRIX, assert_not_killed, require, require_host, require_tool, skip_host_fact
 
 pytestmark = pytest.mark.qemu
 

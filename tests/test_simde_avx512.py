@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 from cpubuild.matrix import load_matrix
+from testsupport import CPUKERN_MATRIX, REPO, require, require_host, require_tool, run
 
 np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")

@@ -12,7 +12,7 @@ import textwrap
 from typing import Any
 
 import pytest
-from conftest import require
+from testsupport import require
 
 require(importlib.util.find_spec("torch") is not None, "torch is not installed")
 np = pytest.importorskip("numpy")

@@ -4,7 +4,8 @@ No registry needed: the rootfs is made by debootstrap (cached under the cpubuild
 cache, see cpubuild.rootfs), trimmed, and built `FROM scratch` with --platform
 so the image carries the right architecture. `cpubuild image` uses it by
 default and builds it on demand; this command makes or refreshes it up front.
-It needs no project: the platforms are cpubuild's (hardware data).
+It needs no project: the platforms are cpubuild's (hardware data). The image ID
+of each base is recorded for the builds that pin it (cpubuild.docker.pin).
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ def command(platforms: tuple[str, ...], force: bool, as_json: bool, quiet: int, 
         results.append(image)
         if not as_json and not quiet:
             state = f"built in {image.seconds:.1f} s" if image.built else "current, reused"
-            console.print(f"{image.tag} ({image.platform}): {image.size / 1e6:.0f} MB, {state}", highlight=False)
+            console.print(f"{image.tag} ({image.platform}): {image.size / 1e6:.0f} MB, {state}, {image.image_id}", highlight=False)
     if as_json:
         click.echo(
             json.dumps(
-                {"images": [{"tag": r.tag, "platform": r.platform, "built": r.built, "seconds": round(r.seconds, 2), "size": r.size} for r in results]},
+                {"images": [{"tag": r.tag, "platform": r.platform, "id": r.image_id, "built": r.built, "seconds": round(r.seconds, 2), "size": r.size} for r in results]},
                 indent=2,
             )
         )

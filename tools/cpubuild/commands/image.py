@@ -19,7 +19,7 @@ from ..project import find_project
 @click.option("--platform", "platforms", multiple=True, help="linux/amd64, linux/arm64, linux/s390x (comma-separated or repeated); default: this host's.")
 @click.option("--target", type=click.Choice(plan.TARGETS), default="runtime", show_default=True, help="Dockerfile stage to build.")
 @click.option("--tag", default=None, help="Image tag (with several platforms or ISA sets, -<arch> is appended); default <project>:<target>-<arch>[-<isa>].")
-@click.option("--base", default=None, help="A LOCAL base image (Debian bookworm); default cpubuild/debian:bookworm-<arch>, built by debootstrap when missing.")
+@click.option("--base", default=None, help="A LOCAL base image (Debian bookworm): NAME[:TAG], NAME@sha256:... or an image ID; default cpubuild/debian:bookworm-<arch>, built by debootstrap when missing. Builds pin it by digest.")
 @click.option("--wheel", "wheels", multiple=True, type=click.Path(path_type=Path), help="Use this wheel instead of compiling (one per platform; repeatable).")
 @click.option("--each-variant", is_flag=True, help="Also one image per single variant (baseline + it), like per-ISA images.")
 @click.option("--bake", "bake_file", type=click.Path(path_type=Path), default=None, help="Write a buildx bake file (JSON) for this matrix instead of building.")

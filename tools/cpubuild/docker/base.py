@@ -5,7 +5,8 @@ The tree comes from cpubuild.rootfs (debootstrap, cached and locked under
 its own package set) and already holds python3 and tcmalloc, so image builds
 on top of it need no apt-get at all. The image is tagged
 ``cpubuild/debian:<suite>-<debian arch>`` and labelled with a digest of what
-it was made from; a base whose digest differs is rebuilt.
+it was made from; a base whose digest differs is rebuilt. The image ID of the
+base built or reused is recorded (docker/pin.py) and is what image builds pin.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..hardware import Arch
 from .buildlog import Listener
 from .context import single_file_context
 from .engine import Engine
+from .pin import parse, pin_local
 
 REPOSITORY = "cpubuild/debian"
 PACKAGES = ("python3", "libtcmalloc-minimal4")
@@ -53,6 +55,7 @@ class BaseImage:
     built: bool  # False: the local image was current and reused
     seconds: float
     size: int
+    image_id: str  # sha256:<hex>: what `cpubuild image` pins its builds to
 
 
 def base_tag(arch: Arch, suite: str = DEFAULT_SUITE) -> str:
@@ -113,7 +116,8 @@ def ensure_base_image(
     tag = base_tag(arch)
     start = time.monotonic()
     if not force and is_current(engine, arch, tag):
-        return BaseImage(tag=tag, platform=arch.docker_platform, built=False, seconds=0.0, size=engine.image_size(tag))
+        return BaseImage(tag=tag, platform=arch.docker_platform, built=False, seconds=0.0, size=engine.image_size(tag),
+                         image_id=_pinned(engine, tag, arch))
     check_can_run(arch.qemu)
     root = ensure_rootfs(rootfs_spec(arch), log=log)
     with tempfile.TemporaryDirectory(prefix="cpubuild-base-") as tmp:
@@ -136,6 +140,13 @@ def ensure_base_image(
                 log_file=log_file,
                 what="base image",
             )
-    return BaseImage(
-        tag=tag, platform=arch.docker_platform, built=True, seconds=time.monotonic() - start, size=engine.image_size(tag)
-    )
+    return BaseImage(tag=tag, platform=arch.docker_platform, built=True, seconds=time.monotonic() - start,
+                     size=engine.image_size(tag), image_id=_pinned(engine, tag, arch))
+
+
+def _pinned(engine: Engine, tag: str, arch: Arch) -> str:
+    """The base's image ID, recorded for later builds (docker/pin.py)."""
+    pin = pin_local(engine, parse(tag), arch.docker_platform)
+    if pin is None:
+        raise BuildFailedError(f"the base image {tag} is not in the local image store after building it")
+    return pin.image_id

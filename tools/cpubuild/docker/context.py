@@ -4,8 +4,8 @@ The sources are the files git tracks or would track under the project root
 (untracked files not ignored count, so work in progress builds too); build
 outputs, wheelhouses and caches stay out. `.cpubuild/` is made per build and
 whatever the tree holds there never goes in: the rendered Dockerfile (when
-the project keeps none), cpubuild's own wheel (`tool/`, installed by the build
-stage), a given wheel (`wheel/`, the folder the Dockerfile's context mode
+the project keeps none), cpubuild's own wheel and the hashed requirements set
+of the build stage (`tool/`, installed by the build stage), a given wheel (`wheel/`, the folder the Dockerfile's context mode
 reads), the host's local CAs (`ca-certificates/`, trusted by the build stage
 for pip), the CPU torch of a torch project with its dependencies (`torch/`,
 unpacked by the build stage, copied into the runtime), the entrypoint and the
@@ -93,7 +93,8 @@ def host_ca_certificates(folder: Path = HOST_CA_DIR) -> list[Path]:
 
 def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificates: list[Path] | None,
                     tool_wheel: Path | None, wheel_dir: PurePosixPath = WHEEL_DIR,
-                    torch_wheels: Sequence[Path] = (), torch_dir: PurePosixPath = TORCH_DIR) -> dict[str, Path | bytes]:
+                    torch_wheels: Sequence[Path] = (), torch_dir: PurePosixPath = TORCH_DIR,
+                    tool_requirements: str | None = None) -> dict[str, Path | bytes]:
     """The `.cpubuild/` entries of one build (archive path -> file or content). Files are
     named, not copied: the context tar reads each once (a torch wheel is 100-200 MB)."""
     from .. import unpack
@@ -106,6 +107,8 @@ def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificat
         files[str(GENERATED / "Dockerfile")] = dockerfile.encode("utf-8")
     if tool_wheel is not None:
         files[str(TOOL_DIR / tool_wheel.name)] = tool_wheel
+    if tool_requirements is not None:  # what a compiling build stage installs, hashed (docker/hashed.py)
+        files[str(TOOL_DIR / "requirements.txt")] = tool_requirements.encode("utf-8")
     if wheel is not None:
         files[str(wheel_dir / wheel.name)] = wheel
     for cert in ca_certificates or []:

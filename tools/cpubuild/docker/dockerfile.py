@@ -75,6 +75,14 @@ def declared_args(text: str) -> set[str]:
     return names
 
 
+BASE_ARG = re.compile(r"^ARG CPUBUILD_BASE=\S*$", re.MULTILINE)
+
+
+def with_base(text: str, base: str) -> str:
+    """The Dockerfile with `base` (a pinned reference) as CPUBUILD_BASE's default."""
+    return BASE_ARG.sub(lambda _: f"ARG CPUBUILD_BASE={base}", text, count=1)
+
+
 def render(config: ProjectConfig, matrix: Matrix) -> str:
     """cpubuild's Dockerfile template for one project."""
     selftest = f" && python3 -m {shlex.join([config.selftest.target, *config.selftest.args])}" if config.selftest else ""

@@ -34,9 +34,10 @@ from ..matrix import Matrix
 from ..project import Project, find_project
 from ..settings import split_list
 from ..wheelbuild.merge import MergeError, merge_or_fail
-from . import bake, dockerfile, isa_args, plan
+from . import bake, dockerfile, isa_args, pin, plan
 from .platforms import host_arch, parse_platforms, wheel_arch
 
+BAKE_BASE = "debian:bookworm-slim"  # bake users have a registry
 TORCH_MARK = "/opt/cpubuild-torch"  # where the template installs torch (an older Dockerfile lacks it)
 
 
@@ -116,6 +117,7 @@ class Built:
     size: int
     selected: str | None
     base_built: bool
+    base_pinned: str  # the base's image ID the build used
     wheel_source: str  # "given", "merged" (several --wheel, partials), "cross-compiled" or "build stage"
     torch: str | None  # torch projects: the torch release installed in the image
 
@@ -127,6 +129,7 @@ class Built:
             "isa": self.spec.label,
             "variants": list(self.spec.isas) if self.spec.isas else "all",
             "base": self.spec.base,
+            "base_pinned": self.base_pinned,
             "wheel": self.spec.wheel.name if self.spec.wheel else None,
             "wheel_source": self.wheel_source,
             "torch": self.torch,
@@ -312,14 +315,18 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
                 ensure_base_image(engine, facts, listener=progress, log=console.print, log_file=image.log_dir / "base.log")
             base_built = True
     else:
-        platform = engine.image_platform(spec.base)
-        if platform is None:
+        data = pin.local_image(engine, pin.parse(spec.base))
+        if data is None:
             raise UsageError(
                 f"--base {spec.base} is not a local image; cpubuild never pulls",
                 detail=f"fix: leave --base out (cpubuild makes {base_tag(facts)} from debootstrap), or load/pull {spec.base} yourself",
             )
+        platform = f"{data.get('Os', 'linux')}/{data.get('Architecture', '?')}"
         if platform != spec.platform:
             raise UsageError(f"--base {spec.base} is {platform}, not {spec.platform}")
+    pinned = pin.pin_local(engine, pin.parse(spec.base), spec.platform)
+    if pinned is None:
+        raise DockerError(f"the base image {spec.base} left the local image store during the build")
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cpubuild-image-") as tmp:
         wheel = spec.wheel
@@ -331,13 +338,15 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         # the torch named by the wheel's manifest; the build stage compiles against the one fetched
         torch = plan.wheel_torch(wheel) if wheel is not None else opts["torch"]
         torch_wheels = _torch_wheels(torch, spec, console) if torch else []
+        tool = None if wheel else self_wheel().wheel
         generated = generated_files(
-            dockerfile=image.dockerfile_text if image.rendered else None, wheel=wheel,
-            ca_certificates=opts["ca_certificates"], tool_wheel=None if wheel else self_wheel().wheel,
-            torch_wheels=torch_wheels,
+            dockerfile=dockerfile.with_base(image.dockerfile_text, pinned.image_id) if image.rendered else None, wheel=wheel,
+            ca_certificates=opts["ca_certificates"], tool_wheel=tool, torch_wheels=torch_wheels,
+            tool_requirements=None if tool is None else _hashed(image, tool, torch_wheels),
         )
         context = build_context(image.project.root, generated)
         args = spec.build_args(matrix)
+        args["CPUBUILD_BASE"] = pinned.image_id  # the base checked above, by digest: a retag cannot swap it
         args.update(opts["version_args"])
         mode = f"wheel {wheel.name}" if wheel else "compiling in the build stage"
         mode += f" (merged from {len(spec.merged_from)} partial wheels)" if spec.merged_from else ""
@@ -371,9 +380,20 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         size=engine.image_size(spec.tag),
         selected=selected,
         base_built=base_built,
+        base_pinned=pinned.image_id,
         wheel_source=wheel_source,
         torch=torch,
     )
+
+
+def _hashed(image: ImageProject, tool_wheel: Path, torch_wheels: list[Path]) -> str:
+    """The build stage's requirements with hashes (docker/hashed.py), for the base's python3; with
+    torch's own requirements for a torch project (its build checks them in the build venv)."""
+    from .hashed import hashed_requirements, torch_requirements
+    from .torchwheels import image_python
+
+    return hashed_requirements(image.project.root, tool_wheel, python=image_python(),
+                               also=torch_requirements(torch_wheels))
 
 
 def _torch_wheels(version: str, spec: plan.ImageSpec, console: Console) -> list[Path]:
@@ -433,13 +453,17 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
                 for wheel in _torch_wheels(version, spec, console):
                     torch_files[f"{torch_dirs[spec.tag]}/{wheel.name}"] = wheel
     document = bake.bake_document(image.matrix, specs, dockerfile=image.dockerfile_path, torch=torch_dirs)
+    bases = {s.base for s in specs}
+    text = dockerfile.with_base(image.dockerfile_text, bases.pop()) if len(bases) == 1 else image.dockerfile_text
     problems = bake.validate(document, image.dockerfile_text)
     if problems:  # a generator bug, not a user mistake
         raise DockerError("the generated bake file is invalid", detail="\n".join(problems))
     folder = image.project.root / GENERATED
     shutil.rmtree(folder, ignore_errors=True)
-    files = generated_files(dockerfile=image.dockerfile_text if image.rendered else None, wheel=None,
-                            ca_certificates=[], tool_wheel=self_wheel().wheel)
+    tool = self_wheel().wheel
+    torch_wheels = [w for name, w in torch_files.items() if Path(name).name.startswith("torch-")]
+    files = generated_files(dockerfile=text if image.rendered else None, wheel=None,
+                            ca_certificates=[], tool_wheel=tool, tool_requirements=_hashed(image, tool, torch_wheels))
     files[str(GENERATED / ".gitignore")] = b"*\n"
     for spec in specs:
         if spec.wheel is not None:  # each target reads its own folder of the shared context
@@ -494,6 +518,10 @@ def make_images(
         raise UsageError("--output copies the wheel of the build stage: use it with --target build")
     from .base import base_tag
 
+    ref = pin.parse(base) if base is not None else None  # a malformed --base: one line, before Docker
+    if bake_file is not None:  # registry builders: pinned to a repo digest given or recorded, else the tag
+        bake_base = ref or pin.parse(BAKE_BASE)
+        base = None
     specs = make_specs(
         matrix,
         isa=isa,
@@ -503,7 +531,7 @@ def make_images(
         base=base,
         wheels=wheels,
         each_variant=each_variant,
-        default_base=base_tag if bake_file is None else (lambda arch: base or "debian:bookworm-slim"),
+        default_base=base_tag if bake_file is None else (lambda arch: pin.for_bake(bake_base, arch.docker_platform)),
         repository=image.project.config.wheel_name.replace("_", "-"),
     )
     torch_version = torch_release(image, specs, torch)

@@ -1,7 +1,9 @@
 """Print what building a project's wheel needs from PyPI besides cpubuild, one
 requirement a line: its build-system.requires without cpubuild itself (the
 image's build stage installs that from the wheel of the cpubuild that runs
-`cpubuild image`), so the Dockerfile never repeats a list.
+`cpubuild image`), so the Dockerfile never repeats a list. cpubuild's template
+installs the hashed set docker/hashed.py resolves from it; older copies of the
+template run this module in the build stage.
 
     python -m cpubuild.docker.requirements PROJECT_DIR
 """

@@ -398,7 +398,7 @@ def run_amx_harness(*, arch: Arch, cpu: str, wheel: Path, target: Target, forced
             raise UsageError(f"{wheel.name} does not hold variant {name!r} (built: {', '.join(target.variants)})")
     say(f"{arch.name} under Bochs 3.0 {cpu} (bare metal: the project's GEMM, no OS)")
     say(f"wheel: {wheel.name} (variants {', '.join(variants)} checked against {project.root})")
-    # test-only: proves a wrong packing is caught (tests/test_bochs_amx.py)
+    # test-only: proves a wrong packing is caught (tools/tests/integration/test_bochs_amx.py)
     corrupt = os.environ.get(amx.CORRUPT_ENV) == "1"
     run = amx.run_harness(harness, matrix, variants=variants, corrupt_packing=corrupt, log=say)
     problems: list[str] = []

@@ -64,9 +64,32 @@ def redact(text: str) -> str:
     return USERINFO.sub(lambda m: f"{m['scheme']}{m['user'] + ':' if m['user'] and ':' in m[0][len(m['scheme']):] else ''}***@", text)
 
 
+# pip's and uv's index settings: credentials in them are used for every URL on the
+# same host and port (as pip does for its index URLs), so one secret serves both.
+INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX")
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _from_index_env(host: str, port: int | None) -> str | None:
+    for name in INDEX_ENV:
+        for item in os.environ.get(name, "").split():
+            try:
+                parts = urlsplit(item.partition("=")[2] if "=" in item.split("://", 1)[0] else item)  # UV_INDEX: name=url
+                same = parts.hostname == host and parts.port == port
+            except ValueError:
+                continue
+            if same and (parts.username or parts.password):
+                return _basic(unquote(parts.username or ""), unquote(parts.password or ""))
+    return None
+
+
 def _credentials(url: str) -> tuple[str, str | None]:
     """The URL without its user:password@ part, and a Basic Authorization value
-    for it: from the URL, else from ~/.netrc (or $NETRC) for its host."""
+    for it: from the URL, else from a PIP_INDEX_URL-style setting for the same
+    host and port, else from ~/.netrc (or $NETRC) for its host."""
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None:
         host = parts.hostname or ""
@@ -74,16 +97,17 @@ def _credentials(url: str) -> tuple[str, str | None]:
         if parts.port:
             netloc += f":{parts.port}"
         bare = urlunsplit(parts._replace(netloc=netloc))
-        user, password = unquote(parts.username or ""), unquote(parts.password or "")
-        return bare, "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        return bare, _basic(unquote(parts.username or ""), unquote(parts.password or ""))
+    from_env = _from_index_env(parts.hostname or "", parts.port)
+    if from_env is not None:
+        return url, from_env
     try:
         auth = netrc.netrc(os.environ.get("NETRC")).authenticators(parts.hostname or "")
     except (OSError, netrc.NetrcParseError):
         auth = None
     if auth is None:
         return url, None
-    login, password = auth[0] or "", auth[2] or ""
-    return url, "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
+    return url, _basic(auth[0] or "", auth[2] or "")
 
 
 def as_url(location: str) -> str:

@@ -48,6 +48,9 @@ def install_spec(spec: str, extras: str = "", *, where: str = "[tool.cpubuild.ci
     except InvalidRequirement as exc:
         first = str(exc).splitlines()[0]
         raise RequirementError(f"{where} = {spec!r}: not a PEP 508 requirement ({first})") from None
+    if requirement.url and "@" in requirement.url.split("://", 1)[-1].split("/", 1)[0]:
+        raise RequirementError(f"{where}: its URL carries credentials, which would be committed with the workflow; "
+                               "give the jobs an index through a secret instead (PIP_INDEX_URL)")
     if extras:
         requirement.extras |= {e.strip() for e in extras.split(",") if e.strip()}
     rendered = str(requirement)

@@ -166,11 +166,14 @@ def _verify_job(pipe: Pipeline) -> dict[str, Any]:
             {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
             {
                 "name": "Install from the index",
-                "env": {"INDEX_URL": "${{ vars.CPUBUILD_INDEX_URL }}"},  # where the index is served, e.g. https://...
+                # where the index is served (https://...); a private one: the same URL with its
+                # credentials as a secret, which only the environment carries (never this file)
+                "env": {"INDEX_URL": "${{ vars.CPUBUILD_INDEX_URL }}", "INDEX_AUTH_URL": "${{ secrets.CPUBUILD_INDEX_AUTH_URL }}"},
                 "working-directory": "${{ runner.temp }}",  # no checkout: what users install, nothing else
                 "run": "python -m pip install --upgrade uv\n"
-                f'python -m uv pip install --python "$(command -v python)" {pipe.dist} '
-                f'--extra-index-url "$INDEX_URL/$GITHUB_SHA/cpu/" --index-strategy first-index\n'
+                'index="${INDEX_AUTH_URL:-$INDEX_URL}"\n'
+                'export UV_EXTRA_INDEX_URL="${index%/}/$GITHUB_SHA/cpu/" UV_INDEX_STRATEGY=first-index\n'
+                f'python -m uv pip install --python "$(command -v python)" {pipe.dist}\n'
                 f"python -m {pipe.package} --json\n",
             },
         ],
@@ -274,8 +277,10 @@ HEADER = """\
 # Copy to .github/workflows/release.yml (docs/index.md); `cpubuild ci --check` fails when stale.
 # Needs: vars.CPUBUILD_INDEX (e.g. s3://bucket/wheels), vars.CPUBUILD_INDEX_URL (where that index
 # is served over HTTPS), vars.CPUBUILD_AWS_REGION and secrets.CPUBUILD_AWS_ROLE (an IAM role for
-# OIDC); environments `nightly` and `release`. Optional: vars.CPUBUILD_CACHE (s3://bucket/prefix, a
-# compiler cache the build jobs share; the same role needs read/write there; docs/scale-out.md).
+# OIDC); environments `nightly` and `release`. A private index: secrets.CPUBUILD_INDEX_AUTH_URL,
+# the served URL with its credentials (https://user:token@host/...). Optional: vars.CPUBUILD_CACHE
+# (s3://bucket/prefix, a compiler cache the build jobs share; the role needs read/write there;
+# docs/scale-out.md).
 """
 
 
