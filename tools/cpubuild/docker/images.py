@@ -15,6 +15,7 @@ the host (docker/torchwheels.py) and unpacked by the build stage.
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from ..hardware import Arch
 from ..matrix import Matrix
 from ..project import Project, find_project
 from ..settings import split_list
+from ..wheelbuild.merge import MergeError, merge_or_fail
 from . import bake, dockerfile, isa_args, pin, plan
 from .platforms import host_arch, parse_platforms, wheel_arch
 
@@ -116,7 +118,7 @@ class Built:
     selected: str | None
     base_built: bool
     base_pinned: str  # the base's image ID the build used
-    wheel_source: str  # "given", "cross-compiled" or "build stage"
+    wheel_source: str  # "given", "merged" (several --wheel, partials), "cross-compiled" or "build stage"
     torch: str | None  # torch projects: the torch release installed in the image
 
     def to_json(self) -> dict[str, Any]:
@@ -140,15 +142,28 @@ class Built:
         }
 
 
-def _wheels_by_arch(matrix: Matrix, wheels: tuple[Path, ...]) -> dict[str, Path]:
-    out: dict[str, Path] = {}
+def _wheels_by_arch(matrix: Matrix, wheels: tuple[Path, ...]) -> dict[str, tuple[Path, tuple[Path, ...]]]:
+    """arch -> (the wheel its image gets, the partials that wheel was merged from).
+    Several --wheel for one platform are the partial wheels of a fanned-out build
+    (docs/scale-out.md): merged here as `cpubuild merge` does, or refused in one line."""
+    given: dict[str, list[Path]] = {}
     for wheel in wheels:
         if not wheel.is_file():
             raise UsageError(f"--wheel {wheel}: no such file")
-        arch = wheel_arch(matrix.arches, wheel)
-        if arch.name in out:
-            raise UsageError(f"two wheels for {arch.docker_platform}: {out[arch.name].name} and {wheel.name}")
-        out[arch.name] = wheel.resolve()
+        given.setdefault(wheel_arch(matrix.arches, wheel).name, []).append(wheel.resolve())
+    out: dict[str, tuple[Path, tuple[Path, ...]]] = {}
+    for name, paths in given.items():
+        if len(paths) == 1:
+            out[name] = (paths[0], ())
+            continue
+        merged_dir = Path(tempfile.mkdtemp(prefix="cpubuild-image-merge-"))
+        atexit.register(shutil.rmtree, merged_dir, True)  # read into the build context before the command ends
+        try:
+            merged = merge_or_fail(paths, merged_dir)
+        except MergeError as exc:
+            raise UsageError(f"{len(paths)} wheels for {matrix.arches[name].docker_platform} are merged as partial "
+                             f"wheels of one build, but: {exc.message}") from None
+        out[name] = (merged.wheel, tuple(paths))
     return out
 
 
@@ -187,7 +202,7 @@ def make_specs(
         arches = [matrix.arches[name] for name in by_arch]
     else:
         arches = [host_arch(matrix.arches)]
-    for name, given in by_arch.items():
+    for name, (given, _) in by_arch.items():
         if matrix.arches[name] not in arches:
             raise UsageError(f"--wheel {given.name} is for {matrix.arches[name].docker_platform}, which --platform leaves out")
     explicit = bool(split_list(isa))
@@ -198,7 +213,7 @@ def make_specs(
     per_arch = {a.name: _isa_sets(matrix, a, resolved[a.name], each_variant) for a in arches}
     sets_total = sum(len(s) for s in per_arch.values())
     for arch in arches:
-        wheel = by_arch.get(arch.name)
+        wheel, merged_from = by_arch.get(arch.name, (None, ()))
         for wanted in per_arch[arch.name]:
             isas = wanted if wheel is None else plan.check_wheel(matrix, arch, wheel, wanted, explicit)
             specs.append(
@@ -209,6 +224,7 @@ def make_specs(
                     tag=plan.image_tag(tag, repository=repository, target=target, arch=arch, isas=isas, several=sets_total > 1),
                     base=base or default_base(arch),
                     wheel=wheel,
+                    merged_from=merged_from,
                 )
             )
     tags = [s.tag for s in specs]
@@ -314,7 +330,7 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cpubuild-image-") as tmp:
         wheel = spec.wheel
-        wheel_source = "given" if wheel is not None else "build stage"
+        wheel_source = ("merged" if spec.merged_from else "given") if wheel is not None else "build stage"
         if wheel is None and spec.arch != host_arch(matrix.arches):
             wheel_source = "cross-compiled"
             wheel = _cross_wheel(image.project.root, spec, Path(tmp), console, verbosity, opts["torch"])
@@ -333,6 +349,7 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         args["CPUBUILD_BASE"] = pinned.image_id  # the base checked above, by digest: a retag cannot swap it
         args.update(opts["version_args"])
         mode = f"wheel {wheel.name}" if wheel else "compiling in the build stage"
+        mode += f" (merged from {len(spec.merged_from)} partial wheels)" if spec.merged_from else ""
         mode += f", torch {torch}" if torch else ""
         console.print(f"building {spec.tag} ({spec.platform}, target {spec.target}, ISA {spec.label}, {mode})")
         safe = spec.tag.replace("/", "_").replace(":", "_")

@@ -28,6 +28,7 @@ class ImageSpec:
     tag: str
     base: str
     wheel: Path | None  # build-context wheel; None: compile in the build stage
+    merged_from: tuple[Path, ...] = ()  # the partial wheels `wheel` was merged from on the host
 
     @property
     def platform(self) -> str:

@@ -161,6 +161,12 @@ class CiSettings:
                                    "(default: cpubuild==<this version>).", nonempty=True,
                                    problem="must be a pip requirement or a path",
                                    default_text="cpubuild==<this version>")
+    variant_groups: tuple[dict[str, str], ...] = setting(
+        (), "Fan an arch's build out over runners: one build job per group {arch = ..., isa = \"a,b\"}, each "
+            "building the baseline and its variants into a partial wheel, then a merge job (`cpubuild merge`). "
+            "An arch's groups cover each of its variants once, two groups or more (docs/scale-out.md). Default: "
+            "one build job per arch.", record_keys=("arch", "isa"), record_required=("arch", "isa"),
+        default_text="one job per arch")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,8 +1,11 @@
-"""ci/release.yml as data: build a wheel per arch, test each under its CPU
-models with `cpubuild test`, publish to the index keyed by commit (nightly on
-main, a release on v* tags), then install the published wheel from the index
-with uv and run its report. [tool.cpubuild.ci] `cpubuild` says how the jobs
-install cpubuild (a pip requirement or a path)."""
+"""ci/release.yml as data: build a wheel per arch (or, for the arches with
+[tool.cpubuild.ci] variant-groups, a partial wheel per group, merged by a job
+per arch), test each under its CPU models with `cpubuild test`, publish to the
+index keyed by commit (nightly on main, a release on v* tags), then install the
+published wheel from the index with uv and run its report. Build jobs use the
+shared compiler cache named by the CI variable CPUBUILD_CACHE when it is set.
+[tool.cpubuild.ci] `cpubuild` says how the jobs install cpubuild (a pip
+requirement or a path)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from ..matrix import Matrix
 from ..project import Project
 from ..supplychain import install_spec
 from .cases import EMULATION, EmulationCase, load_cases
+from .groups import fan_out
 from .yamlout import to_yaml
 
 WORKFLOW = "release.yml"
@@ -40,6 +44,7 @@ class Pipeline:
     workdir: str  # the project's directory inside the repository ("." at its root)
     dist: str  # distribution name
     package: str
+    variant_groups: tuple[dict[str, str], ...] = ()  # [tool.cpubuild.ci] variant-groups, checked against the matrix later
 
     def install(self, extras: str = "") -> str:
         return install_spec(self.cpubuild, extras)  # parsed (PEP 508) and shell-quoted, or refused
@@ -51,7 +56,8 @@ def pipeline_of(project: Project) -> Pipeline:
     top = _git_toplevel(project.root)
     workdir = project.root.relative_to(top).as_posix() if top is not None else "."
     install_spec(spec)  # refused here, in one line, before anything is rendered
-    return Pipeline(cpubuild=spec.strip(), workdir=workdir or ".", dist=project.config.dist_name, package=project.config.package)
+    return Pipeline(cpubuild=spec.strip(), workdir=workdir or ".", dist=project.config.dist_name, package=project.config.package,
+                    variant_groups=project.config.settings.ci.variant_groups)
 
 
 def _git_toplevel(path: Path) -> Path | None:
@@ -71,6 +77,47 @@ def _setup(pipe: Pipeline, *, extra_apt: str = "", extras: str = "", extra_pip: 
         {"uses": SETUP_PYTHON, "with": {"python-version": PYTHON}},
         {"name": "Install tools", "run": f"{apt}python -m pip install --upgrade {pipe.install(extras)}{pip}\n"},
     ]
+
+
+def _build_steps(pipe: Pipeline, fanned: bool) -> list[dict[str, Any]]:
+    """Setup, the shared cache when vars.CPUBUILD_CACHE is set (its client and the
+    role's credentials; never a literal credential), the build, the audit, the upload."""
+    cache_set = "vars.CPUBUILD_CACHE != ''"
+    isa = " --isa ${{ matrix.isa }}" if fanned else ""
+    artifact = "${{ matrix.artifact }}" if fanned else "wheels-${{ matrix.arch }}"
+    return [
+        *_setup(pipe, extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),
+        {"name": "Shared compiler cache client", "if": cache_set,
+         "run": f"python -m pip install --upgrade {pipe.install('s3-cache')}\n"},
+        {
+            "uses": AWS_CREDENTIALS, "if": cache_set,
+            "with": {"role-to-assume": "${{ secrets.CPUBUILD_AWS_ROLE }}", "aws-region": "${{ vars.CPUBUILD_AWS_REGION }}"},
+        },
+        {
+            "name": "Build",
+            "env": {"CACHE": "${{ vars.CPUBUILD_CACHE }}"},  # e.g. s3://bucket/cpubuild-cache/<project>
+            "run": f'cpubuild wheel --arch ${{{{ matrix.arch }}}}{isa} --out wheelhouse ${{CACHE:+--cache "$CACHE"}} --json\n',
+        },
+        # the build already fails on a violation; this prints what each variant's code needs
+        {"name": "Audit instructions", "run": "cpubuild audit wheelhouse/*.whl\n"},
+        {"uses": UPLOAD, "with": {"name": artifact, "path": "wheelhouse/*.whl", "if-no-files-found": "error"}},
+    ]
+
+
+def _merge_job(pipe: Pipeline, arches: list[str]) -> dict[str, Any]:
+    """One per fanned-out arch: its partials -> the wheel one build of all variants makes."""
+    return {
+        "name": "merge ${{ matrix.arch }}",
+        "needs": ["build"],
+        "runs-on": RUNNER,
+        "strategy": {"fail-fast": False, "matrix": {"include": [{"arch": arch} for arch in arches]}},
+        "steps": [
+            *_setup(pipe),
+            {"uses": DOWNLOAD, "with": {"pattern": "partial-${{ matrix.arch }}-*", "path": "partial", "merge-multiple": True}},
+            {"name": "Merge", "run": "cpubuild merge partial/*.whl --out wheelhouse --json\n"},
+            {"uses": UPLOAD, "with": {"name": "wheels-${{ matrix.arch }}", "path": "wheelhouse/*.whl", "if-no-files-found": "error"}},
+        ],
+    }
 
 
 def _publish_job(pipe: Pipeline, channel: str, condition: str, arches: list[str]) -> dict[str, Any]:
@@ -135,29 +182,32 @@ def _verify_job(pipe: Pipeline) -> dict[str, Any]:
 
 def release_workflow(matrix: Matrix, cases: list[EmulationCase], pipe: Pipeline) -> dict[str, Any]:
     arches = [name for name, arch in matrix.arches.items() if "linux" in arch.os]
-    build_include = [
-        {"arch": name, "compiler": "" if name == RUNNER_ARCH else f"g++-{matrix.arches[name].triplet}"} for name in arches
-    ]
+    groups = fan_out(matrix, pipe.variant_groups, arches)
+    build_include: list[dict[str, str]] = []
+    for name in arches:
+        row = {"arch": name, "compiler": "" if name == RUNNER_ARCH else f"g++-{matrix.arches[name].triplet}"}
+        if not groups:  # no fan-out anywhere: one job per arch, nothing more in its row
+            build_include.append(row)
+        elif name not in groups:
+            build_include.append({**row, "isa": "all", "artifact": f"wheels-{name}"})
+        else:
+            build_include += [{**row, "isa": ",".join(group), "artifact": f"partial-{name}-{i}"}
+                              for i, group in enumerate(groups[name], 1)]
     test_include = [
         {"arch": c.arch, "cpu": c.cpu, "expect": c.expect, "flags": "" if c.checks else "--no-checks"}
         for c in cases
         if c.arch in arches
     ]
     build = {
-        "name": "wheel ${{ matrix.arch }}",
+        "name": "wheel ${{ matrix.arch }} (${{ matrix.isa }})" if groups else "wheel ${{ matrix.arch }}",
         "runs-on": RUNNER,
+        "permissions": {"contents": "read", "id-token": "write"},  # the shared cache's role (OIDC), when set
         "strategy": {"fail-fast": False, "matrix": {"include": build_include}},
-        "steps": [
-            *_setup(pipe, extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),
-            {"name": "Build", "run": "cpubuild wheel --arch ${{ matrix.arch }} --out wheelhouse --json\n"},
-            # the build already fails on a violation; this prints what each variant's code needs
-            {"name": "Audit instructions", "run": "cpubuild audit wheelhouse/*.whl\n"},
-            {"uses": UPLOAD, "with": {"name": "wheels-${{ matrix.arch }}", "path": "wheelhouse/*.whl", "if-no-files-found": "error"}},
-        ],
+        "steps": _build_steps(pipe, bool(groups)),
     }
     test = {
         "name": "test ${{ matrix.arch }} on ${{ matrix.cpu }}",
-        "needs": ["build"],
+        "needs": ["build", "merge"] if groups else ["build"],
         "runs-on": RUNNER,
         "strategy": {"fail-fast": False, "matrix": {"include": test_include}},
         "steps": [
@@ -183,6 +233,7 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase], pipe: Pipeline)
         "concurrency": {"group": "release-${{ github.ref }}", "cancel-in-progress": "${{ github.event_name == 'pull_request' }}"},
         "jobs": {
             "build": build,
+            **({"merge": _merge_job(pipe, list(groups))} if groups else {}),
             "test": test,
             "nightly": _publish_job(pipe, "nightly", "github.event_name == 'push' && github.ref == 'refs/heads/main'", arches),
             "release": _publish_job(pipe, "release", "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')", arches),
@@ -191,16 +242,10 @@ def release_workflow(matrix: Matrix, cases: list[EmulationCase], pipe: Pipeline)
     }
     if pipe.workdir != ".":  # a project in a sub-directory of its repository
         workflow["defaults"] = {"run": {"working-directory": pipe.workdir}}
-        for job in ("build", "test"):
-            for step in workflow["jobs"][job]["steps"]:
-                if step.get("with", {}).get("path") == "wheelhouse/*.whl":
-                    step["with"]["path"] = f"{pipe.workdir}/wheelhouse/*.whl"
-                elif step.get("with", {}).get("path") == "wheelhouse":
-                    step["with"]["path"] = f"{pipe.workdir}/wheelhouse"
-        for job in ("nightly", "release"):
-            for step in workflow["jobs"][job]["steps"]:
-                if step.get("with", {}).get("path") == "wheelhouse":
-                    step["with"]["path"] = f"{pipe.workdir}/wheelhouse"
+        for job in workflow["jobs"].values():  # artifact paths are relative to the workspace, not the defaults
+            for step in job["steps"]:
+                if step.get("with", {}).get("path") in ("wheelhouse/*.whl", "wheelhouse", "partial"):
+                    step["with"]["path"] = f"{pipe.workdir}/{step['with']['path']}"
     return workflow
 
 
@@ -233,7 +278,9 @@ HEADER = """\
 # Needs: vars.CPUBUILD_INDEX (e.g. s3://bucket/wheels), vars.CPUBUILD_INDEX_URL (where that index
 # is served over HTTPS), vars.CPUBUILD_AWS_REGION and secrets.CPUBUILD_AWS_ROLE (an IAM role for
 # OIDC); environments `nightly` and `release`. A private index: secrets.CPUBUILD_INDEX_AUTH_URL,
-# the served URL with its credentials (https://user:token@host/...).
+# the served URL with its credentials (https://user:token@host/...). Optional: vars.CPUBUILD_CACHE
+# (s3://bucket/prefix, a compiler cache the build jobs share; the role needs read/write there;
+# docs/scale-out.md).
 """
 
 

@@ -9,6 +9,7 @@ CPU, which has every feature.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -220,6 +221,35 @@ def test_failing_step_names_stage_and_shows_its_log(daemon: None, hostile_wheel:
     assert "escapes the install directory" in proc.stderr  # the tail of the failing step's output
     assert "full log:" in proc.stderr and "Traceback" not in proc.stderr
     assert subprocess.run(["docker", "image", "inspect", f"{TAG}:hostile"], capture_output=True).returncode != 0
+
+
+def test_image_from_partial_wheels_merges_them_and_compiles_nothing(daemon: None, tmp_path: Path) -> None:
+    """The partial wheels of a fanned-out build (docs/scale-out.md), given as several --wheel
+    for one platform: merged on the host, byte for byte what `cpubuild merge` makes; the image
+    carries every variant and compiles nothing (the build stage only unpacks)."""
+    require(os.uname().machine == "x86_64", "cpukern's x86 partials build natively: needs an x86_64 host")
+    partials = []
+    for isa in ("avx2,avx512", "avx512vnni,avx512bf16,amx"):
+        proc = cpubuild("wheel", "--isa", isa, "--out", str(tmp_path / isa), "--build-root", str(tmp_path / "build"), "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        partials.append(Path(json.loads(proc.stdout)["wheel"]["path"]))
+    merge = cpubuild("merge", *map(str, partials), "--out", str(tmp_path / "merged"), "--json")
+    assert merge.returncode == 0, merge.stderr
+    merged = Path(json.loads(merge.stdout)["wheel"])
+    image = built_json(cpubuild("image", *(a for p in partials for a in ("--wheel", str(p))), "--tag", f"{TAG}:merged-amd64",
+                                "--json"))
+    assert image["wheel_source"] == "merged" and image["wheel"] == merged.name and image["isa"] == "all"
+    proc = docker_run(image["tag"], "python3", "-m", "cpukern", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    built = {v["name"] for v in report["variants"] if v["built"]}
+    assert built == {v.name for v in MATRIX.variants_for("x86_64")}
+    assert report["selected"] == image["selected"] == expected_best("x86_64", cpuinfo_features(), built)
+    # the image holds the merged wheel's libraries, byte for byte: nothing was rebuilt inside
+    with zipfile.ZipFile(merged) as zf:
+        libraries = {hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if n.endswith(".so")}
+    inside = docker_run(image["tag"], "sh", "-c", "find /opt/cpukern -name '*.so' -exec sha256sum {} +")
+    assert inside.returncode == 0 and libraries <= {line.split()[0] for line in inside.stdout.splitlines()}, inside.stdout
 
 
 # ------------------------------------------------------------------ arm64

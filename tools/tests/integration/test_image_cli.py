@@ -49,6 +49,20 @@ def test_bad_input_is_a_usage_error_before_docker_is_touched(args: tuple[str, ..
     clean_failure(cpubuild("image", *args), 2, *words)
 
 
+def test_several_wheels_for_one_platform_that_are_not_partials_are_refused(tmp_path: Path) -> None:
+    """Several --wheel for one platform are merged as partial wheels (docs/scale-out.md);
+    wheels that are not parts of one build are refused in one line, before Docker."""
+    wheels = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        wheel = tmp_path / folder / "cpukern-0.1.0-py3-none-linux_x86_64.whl"
+        wheel.write_bytes(b"not a zip")
+        wheels += ["--wheel", str(wheel)]
+    proc = cpubuild("image", "--no-smoke", *wheels)
+    clean_failure(proc, 2, "2 wheels for linux/amd64 are merged as partial wheels of one build, but:")
+    assert proc.stderr.count("\n") == 1
+
+
 def test_bad_platform_for_base_image() -> None:
     clean_failure(cpubuild("base-image", "--platform", "windows/amd64"), 2, "unknown platform 'windows/amd64'")
 

@@ -1,7 +1,8 @@
 """The rendered release workflow, run: every `run:` step of ci/release.yml as
-written, in job order (build -> emulated tests -> publish -> install from the
-published index), each job in a fresh clone of this repository, the way a
-GitHub runner executes it.
+written, in job order (partial builds fanned out per variant group -> merge ->
+emulated tests on the merged wheel -> publish -> install from the published
+index), each job in a fresh clone of this repository, the way a GitHub runner
+executes it.
 
 What stands in for GitHub: `actions/checkout` is a `git clone` of the commit
 under test; `actions/setup-python` a fresh venv first on PATH (this machine's
@@ -11,7 +12,8 @@ directory, served to the install job by `cpubuild serve` as
 `vars.CPUBUILD_INDEX_URL`; the AWS credentials step has nothing to do. The
 event is a push to main, so the `if:` conditions select the nightly job and
 skip the release job (a tag push) - evaluated from the workflow's own
-conditions. Everything else - apt-get, pip installing cpubuild from ./tools
+conditions. `vars.CPUBUILD_CACHE` is not set, so the shared-cache steps are
+skipped (tests/test_shared_cache.py runs that cache). Everything else - apt-get, pip installing cpubuild from ./tools
 (not editable), `cpubuild wheel/test/publish`, uv installing from the index -
 runs for real, as the workflow says.
 """
@@ -30,6 +32,7 @@ from typing import Any
 
 import pytest
 from cpubuild.matrix import load_matrix
+from cpubuild.toolchain import wheelzip
 from oracle import oracle_ranking
 from testsupport import REPO, require, require_tool, run, skip_host_fact
 
@@ -60,6 +63,15 @@ def job_runs(condition: str | None) -> bool:
     raise AssertionError(f"a condition this runner cannot evaluate: {condition}")
 
 
+def step_runs(condition: str | None, values: Mapping[str, str]) -> bool:
+    """A step's `if:`: the `vars.X != ''` form cpubuild renders."""
+    if condition is None:
+        return True
+    unset = re.fullmatch(r"(vars\.[A-Z_]+) != ''", condition)
+    assert unset, f"a step condition this runner cannot evaluate: {condition}"
+    return values[unset.group(1)] != ""
+
+
 def job_order(jobs: Mapping[str, Any]) -> list[str]:
     order: list[str] = []
     while len(order) < len(jobs):
@@ -80,12 +92,17 @@ class Runner:
         self.index_url = ""
         self.count = 0
 
-    def expand(self, text: str, matrix: Mapping[str, str], workspace: Path) -> str:
+    def values(self, matrix: Mapping[str, str]) -> dict[str, str]:
         values = {f"matrix.{k}": str(v) for k, v in matrix.items()}
         values.update({"vars.CPUBUILD_INDEX": str(self.index), "vars.CPUBUILD_INDEX_URL": self.index_url,
                        "runner.temp": str(self.work / "runner-temp"), "github.token": "unused",
                        "vars.CPUBUILD_AWS_REGION": "unused", "secrets.CPUBUILD_AWS_ROLE": "unused",
-                       "secrets.CPUBUILD_INDEX_AUTH_URL": ""})  # a public index: no credentials
+                       "secrets.CPUBUILD_INDEX_AUTH_URL": "",  # a public index: no credentials
+                       "vars.CPUBUILD_CACHE": ""})
+        return values
+
+    def expand(self, text: str, matrix: Mapping[str, str], workspace: Path) -> str:
+        values = self.values(matrix)
 
         def one(match: re.Match[str]) -> str:
             key = match.group(1).strip()
@@ -104,6 +121,8 @@ class Runner:
                    GITHUB_WORKSPACE=str(workspace), RUNNER_TEMP=str(self.work / "runner-temp"), CI="true")
         outputs = []
         for step in job["steps"]:
+            if not step_runs(step.get("if"), self.values(matrix)):
+                continue
             if "uses" in step:
                 self.action(step["uses"], {k: self.expand(str(v), matrix, workspace) for k, v in step.get("with", {}).items()},
                             workspace, venv, env)
@@ -138,7 +157,7 @@ class Runner:
                 shutil.copy2(f, target / f.name)
         elif action == "actions/download-artifact":
             names = [inputs["name"]] if "name" in inputs else sorted(
-                p.name for p in self.artifacts.iterdir() if re.fullmatch(inputs["pattern"].replace("*", ".*"), p.name))
+                p.name for p in self.artifacts.iterdir() if re.fullmatch(re.escape(inputs["pattern"]).replace(r"\*", ".*"), p.name))
             assert names, f"download-artifact: no artifact {inputs}"
             for artifact in names:
                 dest = workspace / inputs["path"] if inputs.get("merge-multiple") or "name" in inputs else workspace / inputs["path"] / artifact
@@ -189,12 +208,18 @@ def test_release_workflow_runs_as_written(committed_tree: str, tmp_path: Path) -
                 assert checked and int(checked.group(1)) > 0, f"{row}: {outputs[-1]}"
         ran[name] = len(rows)
     # every job the push to main triggers ran, in order; the tag-only release job did not
-    assert ran["release"] == 0 and all(ran[j] > 0 for j in ("build", "test", "nightly", "verify"))
+    assert ran["release"] == 0 and all(ran[j] > 0 for j in ("build", "merge", "test", "nightly", "verify"))
     matrix = load_matrix(REPO / "isa_matrix.toml")
-    assert ran["build"] == len([a for a in matrix.arches.values() if "linux" in a.os])
+    arches = [name for name, a in matrix.arches.items() if "linux" in a.os]
+    assert ran["build"] == len(arches) + ran["merge"]  # cpukern: x86_64 in two partials, merged by one job
+    # the merged x86_64 wheel carries every variant, under the release label (not a partial's +cpu.<isa>)
+    (merged,) = (runner.artifacts / "wheels-x86_64").glob("*.whl")
+    assert ".cpu-" in merged.name and ".cpu." not in merged.name  # +g<commit>.cpu, not +g<commit>.cpu.avx2...
+    assert set(wheelzip.inspect(merged).built_variants) == {v.name for v in matrix.variants_for("x86_64")}
+    assert wheelzip.record_problems(merged) == []
     # the nightly index holds every arch's wheel under the commit, and nightly/ points at them
     stored = sorted(p.name for p in (runner.index / committed_tree).glob("*.whl"))
-    assert len(stored) == ran["build"] and all(f"_{arch}.whl" in " ".join(stored) for arch in ("x86_64", "aarch64", "s390x"))
+    assert len(stored) == len(arches) and all(f"_{arch}.whl" in " ".join(stored) for arch in arches)
     assert (runner.index / "nightly" / "cpu" / "cpukern" / "index.html").is_file()
     # the wheel installed from the published index dispatches as the oracle says
     (report,) = reports
