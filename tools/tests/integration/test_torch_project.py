@@ -411,5 +411,8 @@ def test_a_torch_project_without_torch(public_cpubuild: PublicCpubuild, tmp_path
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], message: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    # progress lines of the step that failed (cpubuild.progress) may come first; the error is one line, the last
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0] and message in errors[0], proc.stderr
+    assert all(line.startswith(("error: ", "pip download ")) for line in lines), proc.stderr
     assert "Traceback" not in proc.stderr
