@@ -129,7 +129,6 @@ def server_env(cache: SharedCache, roots: Mapping[str, Path], environ: Mapping[s
         "SCCACHE_DIRECT": "false",  # preprocessor-cache mode and base directories can mix checkouts up
         "SCCACHE_SERVER_PORT": str(free_port()),
         "SCCACHE_IDLE_TIMEOUT": "0",
-        "SCCACHE_NO_DAEMON": "0",
         **{TOKENS[name]: str(Path(path).resolve()) for name, path in roots.items()},
     }
     if endpoint:

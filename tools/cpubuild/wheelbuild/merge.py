@@ -278,8 +278,12 @@ def merge(paths: Sequence[Path], out_dir: Path) -> Merged:
             if name in members and members[name][1] != data:
                 raise MergeError(f"{name} differs between {first.path.name} and {p.path.name}: not parts of one build")
             members[name] = (mode, data)
-    manifest = {**first.manifest, "variants": [next(e for e in holder[v["name"]].manifest["variants"] if e["name"] == v["name"])
-                                                if v["name"] in holder else v for v in first.manifest["variants"]]}
+    def entry(variant: dict[str, Any]) -> dict[str, Any]:
+        """A variant's manifest entry from the partial that built it (built flag, optional-flag results)."""
+        source = holder.get(variant["name"])
+        return variant if source is None else next(e for e in source.manifest["variants"] if e["name"] == variant["name"])
+
+    manifest = {**first.manifest, "variants": [entry(v) for v in first.manifest["variants"]]}
     members[first.manifest_path] = (0o644, (json.dumps(manifest, indent=1) + "\n").encode())
     record_data = _audit_record(partials, audit_record)
     if record_data is not None:
