@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,15 +47,16 @@ def cache_dir(name: str, fallback: Path) -> Path:
 @pytest.fixture(scope="session")
 def real_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real cpukern wheel for this host, built through pip with
-    scikit-build-core; only the baseline variant, to keep it quick (the
-    index does not care how many libraries a wheel holds)."""
+    scikit-build-core; the baseline and the next variant only, to keep it
+    quick (the index does not care how many libraries a wheel holds; develop
+    --precompiled must extract every one)."""
     require_tool("cmake")
     require(shutil.which("c++") is not None or shutil.which("g++") is not None, "no C++ compiler")
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
     variants = load_matrix(CPUKERN_MATRIX).variants_for(arch)
     out = tmp_path_factory.mktemp("real-wheel")
     build = cache_dir("build-index-tests", out / "build")
-    env = dict(os.environ, CPUKERN_ISA_BUILD=variants[0].name)
+    env = dict(os.environ, CPUKERN_ISA_BUILD=",".join(v.name for v in variants[:2]))
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-C", f"build-dir={build}", "-w", str(out), str(REPO)]
     if shutil.which("ccache"):
         env["CCACHE_DIR"] = str(cache_dir("ccache", out / "ccache"))
@@ -288,6 +291,11 @@ def test_develop_precompiled_never_compiles(contributor_clone: tuple[Path, str],
     where = run([str(python), "-c", "import cpukern; print(cpukern.__file__, cpukern.CONTRIBUTOR_EDIT)"], cwd=tmp_path)
     assert where.stdout.split() == [str(clone / "python" / "cpukern" / "__init__.py"), "1"]
     run([str(python), "-m", "cpukern"], cwd=tmp_path)  # the extracted libraries load
+    # every variant library of the wheel, not only one (vLLM #54478: its precompiled install
+    # extracts only _C, so a CPU without AMX fails at engine start)
+    with zipfile.ZipFile(real_wheel) as archive:
+        libraries = {Path(n).name for n in archive.namelist() if re.fullmatch(r"cpukern/_cpukern_\w+\.so", n)}
+    assert len(libraries) > 2 and libraries <= {p.name for p in (clone / "python" / "cpukern").iterdir()}, libraries
     # edits show up without reinstalling; the extracted libraries are git-ignored
     (clone / "python" / "cpukern" / "__init__.py").write_text((clone / "python" / "cpukern" / "__init__.py").read_text() + "LATER = 2\n")
     assert run([str(python), "-c", "import cpukern; print(cpukern.LATER)"], cwd=tmp_path).stdout.strip() == "2"
