@@ -36,6 +36,7 @@ from .rootfs import Emulator, RootfsSpec, check_can_run, ensure_rootfs, host_qem
 from .torchsite import check_host_torch, ensure_torch_site
 
 AUTO = "auto"
+NO_VARIANT = "none"  # --expect none: a CPU below the package's floor, refused cleanly
 NO_NUMPY = "No module named 'numpy'"
 
 
@@ -128,13 +129,13 @@ def read_target(wheel: Path) -> Target:
 
 
 def expected_variant(arch: str, cpu: str, target: Target) -> str:
-    """`--expect auto`: the best built variant a CPU model of the hardware data runs."""
+    """`--expect auto`: the best built variant a CPU model of the hardware data runs (none below a floor)."""
     model = next((m for m in hardware().qemu[arch] if m.cpu == cpu), None)
     if model is None:
         known = ", ".join(m.cpu for m in hardware().qemu[arch]) or "none"
         raise UsageError(f"--expect auto: cpubuild's hardware data lists no features for {arch} CPU model {cpu!r} (known: {known}); name the expected variant")
     runnable = [name for name, needs in target.variants.items() if set(needs) <= model.features]
-    return runnable[-1]
+    return runnable[-1] if runnable else NO_VARIANT
 
 
 def find_wheel(arch: str, wheelhouse: Path, wheel_name: str) -> Path:
@@ -226,6 +227,13 @@ def judge_report(report: dict[str, Any], *, cpu: str, forced: str | None, expect
                  problems: list[str], say: Any, force_env: str) -> tuple[str | None, str | None]:
     """(selected, error) of a dispatcher report; says what it found, adds problems."""
     selected, report_error = report.get("selected"), report.get("error")
+    if expect == NO_VARIANT:  # below the floor: the package imports and says what is missing
+        if selected is None and report_error and "no variant for this CPU" in str(report_error):
+            say(f"refused, as expected: {report_error}")
+        else:
+            problems.append(f"expected no variant under {cpu} (below the package's floor), "
+                            f"the dispatcher {'selected ' + repr(selected) if selected else 'said: ' + str(report_error)}")
+        return selected, report_error
     if report_error:
         problems.append(str(report_error))
     if selected is not None:
@@ -456,7 +464,7 @@ def run_test(options: EmulatedTestSettings, *, wheel: Path | None, project: Proj
     if expect == AUTO:
         expect = expected_variant(arch.name, cpu, target)
     for label, value in (("--force-variant", forced), ("--expect", expect)):
-        if value is not None and value not in target.known:
+        if value is not None and value not in target.known and not (label == "--expect" and value == NO_VARIANT):
             raise UsageError(f"{label} {value}: not a variant of {wheel.name} (known: {', '.join(target.known)})")
     if use_bochs and arch.name != "x86_64":
         raise UsageError(f"--cpu {cpu}: Bochs emulates x86_64 only")

@@ -126,7 +126,8 @@ class EmulatedTestSettings:
     force_variant: str | None = setting(None, "Force a variant (<PREFIX>_ISA) inside the emulated run.",
                                         nonempty=True, metavar="NAME")
     expect: str | None = setting(None, "Fail unless the dispatcher selects this variant; 'auto': the best one the "
-                                 "CPU model runs, by cpubuild's hardware data.", nonempty=True, metavar="NAME")
+                                 "CPU model runs, by cpubuild's hardware data; 'none': a CPU below the package's "
+                                 "floor, refused cleanly.", nonempty=True, metavar="NAME")
     checks: bool = setting(True, "Run the project's selftest, not only the selection report (default: on).")
     wheelhouse: Path | None = setting(None, "Where to look for the wheel when WHEEL is not given.", nonempty=True,
                                       metavar="DIR", default_text="<project>/wheelhouse")
