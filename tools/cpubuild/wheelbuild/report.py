@@ -215,8 +215,21 @@ def optional_flags(manifest: Mapping[str, Any] | None) -> dict[str, dict[str, bo
     return {str(v["name"]): dict(v["optional_flags"]) for v in rows if v.get("built", True) and v.get("optional_flags")}
 
 
+def gpu_torch_note(version: str) -> str | None:
+    """vLLM #43115: PyPI's aarch64 torch is a CUDA build since 2.10. Building against it is fine (only
+    libtorch_cpu and libc10 are linked, its CUDA libraries are excluded), but targets should install the CPU build."""
+    local = version.partition("+")[2]
+    if not local.startswith(("cu", "rocm")):
+        return None
+    release = version.partition("+")[0].rsplit(".", 1)[0]
+    return (f"torch {version} is a GPU build (the package index's wheel for this arch): the wheel links its CPU "
+            f"libraries only and requires torch=={release}.*, which the CPU build from "
+            "https://download.pytorch.org/whl/cpu satisfies without any CUDA package")
+
+
 def render_summary(summary: Mapping[str, Any]) -> str:
     wheel = summary["wheel"]
+    gpu_note = gpu_torch_note(summary["torch"]["version"]) if summary.get("torch") else None
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in summary["stages"].items())
     optional = "; ".join(f"{variant}: " + ", ".join(f"{flag} {'accepted' if ok else 'rejected'}" for flag, ok in flags.items())
                          for variant, flags in (wheel.get("optional_flags") or {}).items())
@@ -226,6 +239,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"  variants  {', '.join(wheel['variants'])}",
         *([f"  optional  {optional}"] if optional else []),
         *([f"  torch     {summary['torch']['version']} ({summary['torch']['origin']})"] if summary.get("torch") else []),
+        *([f"  note      {gpu_note}"] if gpu_note else []),
         *([f"  settings  {' '.join(f'-C{k}={v}' for k, v in summary['config_settings'].items())}"]
           if summary.get("config_settings") else []),
         f"  policy    {wheel['policy']} (auditwheel show: {wheel['audited']}; ISA-extension check {wheel['isa_ext_check']})",
