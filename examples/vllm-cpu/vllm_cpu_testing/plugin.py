@@ -68,6 +68,10 @@ SKIPS = (
 
 # --vllm-cpu-quick: a case with a parameter above its limit is deselected.
 QUICK_LIMITS = {"seq_len": 1024, "num_tokens": 1024}
+# The attention tests take a batch of GPU-sized sequences (`seq_lens`, kv
+# lengths up to 7812: 10-20 s per case here, thousands of cases): quick keeps
+# one case per test and dtype, every other parameter at its first value.
+QUICK_BATCH_PARAM, QUICK_SWEPT = "seq_lens", frozenset({"dtype"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,8 +79,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help=f"deselect the GPU-sized cases (parameters above {QUICK_LIMITS})")
 
 
-def _too_large(params: dict[str, Any]) -> bool:
-    return any(isinstance(params.get(name), int) and params[name] > limit for name, limit in QUICK_LIMITS.items())
+def _too_large(item: pytest.Item) -> bool:
+    params = _params(item)
+    if any(isinstance(params.get(name), int) and params[name] > limit for name, limit in QUICK_LIMITS.items()):
+        return True
+    if QUICK_BATCH_PARAM in params:
+        first = _first_values(item)
+        return any(params[name] != value for name, value in first.items() if name in params and name not in QUICK_SWEPT)
+    return False
+
+
+def _first_values(item: pytest.Item) -> dict[str, Any]:
+    """Each parameter's first value in its @pytest.mark.parametrize list."""
+    first: dict[str, Any] = {}
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        values = list(mark.args[1])
+        if not values:
+            continue
+        value = values[0]
+        if isinstance(value, _PARAMETER_SET):
+            row = tuple(value.values)
+        else:
+            row = tuple(value) if len(names) > 1 else (value,)
+        first.update(zip(names, row))
+    return first
+
+
+_PARAMETER_SET = type(pytest.param(None))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -117,10 +148,10 @@ def _switch_device(item: pytest.Item, params: dict[str, Any]) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--vllm-cpu-quick"):
-        large = [item for item in items if _too_large(_params(item))]
+        large = [item for item in items if _too_large(item)]
         if large:
             config.hook.pytest_deselected(items=large)
-            items[:] = [item for item in items if not _too_large(_params(item))]
+            items[:] = [item for item in items if not _too_large(item)]
     for item in items:
         params = _params(item)
         reason = _switch_device(item, params)
