@@ -100,8 +100,7 @@ def built_variants(python: Path, tmp_path: Path) -> list[str]:
     return [v["name"] for v in json.loads(proc.stdout)["variants"] if v["built"]]
 
 
-def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, tests: tuple[str, ...] = VLLM_TESTS,
-                   **extra: str) -> dict[str, Any]:
+def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, tests: tuple[str, ...], **extra: str) -> dict[str, Any]:
     """vLLM's kernel tests from the sdist through our plugin; the junit counts and the variant."""
     command = [str(python), "-m", "pytest", "-p", "vllm_cpu_testing.plugin", "--noconftest", "-p", "no:cacheprovider",
                "-q", "-rs", "--vllm-cpu-quick", f"--junitxml={junit}", *tests]
@@ -136,7 +135,7 @@ def test_vllm_kernel_tests_pass_on_every_variant_this_cpu_runs(
     runs = [v for v in kernel_variants(matrix) if v in built_variants(python, tmp_path)]
     assert runs, "the oracle says this CPU runs none of the example's kernel variants"
     for variant in runs:
-        result = run_vllm_tests(python, vllm_tree, tmp_path / f"{variant}.xml", **{f"{PREFIX}_ISA": variant})
+        result = run_vllm_tests(python, vllm_tree, tmp_path / f"{variant}.xml", VLLM_TESTS, **{f"{PREFIX}_ISA": variant})
         record_property(f"vllm_tests[{variant}]", result["counts"])
         print(f"vLLM kernel tests, {variant} (forced): {result['counts']}")
         assert_vllm_tests_pass(result, variant)
@@ -146,7 +145,7 @@ def test_vllm_kernel_tests_pass_on_the_default_pick(
     python: Path, vllm_tree: Path, matrix: Matrix, tmp_path: Path, record_property: Callable[[str, Any], None]
 ) -> None:
     expected = oracle_ranking(matrix, built_variants(python, tmp_path))[0]
-    result = run_vllm_tests(python, vllm_tree, tmp_path / "default.xml")
+    result = run_vllm_tests(python, vllm_tree, tmp_path / "default.xml", VLLM_TESTS)
     record_property("vllm_tests[default]", result["counts"])
     print(f"vLLM kernel tests, default pick {expected}: {result['counts']}")
     assert_vllm_tests_pass(result, expected)
