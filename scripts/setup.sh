@@ -11,6 +11,7 @@ APT_PACKAGES=(
   docker.io debootstrap
   nginx-light libtcmalloc-minimal4
   libsimde-dev cpio sudo
+  libnuma-dev
 )
 # apt_install [apt-get options] -- PACKAGE...: installs those not installed yet.
 apt_install() {

@@ -10,7 +10,8 @@ installed into a fresh venv with torch and what vLLM's test modules import
 (device switching, CUDA-only skips with reasons; --vllm-cpu-quick deselects the
 GPU-sized cases, 15-50 s each here, counted apart), once per kernel variant this
 CPU runs (forced with VLLM_CPU_OPS_ISA, one per process) and once with the
-default pick; the pass/fail/skip counts are recorded as test properties.
+default pick; vLLM's `tests/kernels/attention/test_cpu_attn.py` runs once, with
+the default pick. The pass/fail/skip counts are recorded as test properties.
 Every variant maps one variant library and one OpenMP runtime (torch's); under
 QEMU SandyBridge (AVX, no AVX2: below the matrix's avx2 floor) the package
 imports and refuses with the missing features.
@@ -44,6 +45,9 @@ VLLM_TESTS = (
     "tests/kernels/core/test_pos_encoding.py",
     "tests/kernels/core/test_layernorm.py",
 )
+# vLLM's CPU attention test: once, for the default pick (--vllm-cpu-quick keeps one
+# case per test and dtype: its GPU-sized batches take 10-20 s per case here)
+VLLM_ATTENTION_TESTS = ("tests/kernels/attention/test_cpu_attn.py",)
 REFUSED = "avx512"  # an AVX-512 variant built into the wheel, to force on a CPU without it
 
 
@@ -96,10 +100,10 @@ def built_variants(python: Path, tmp_path: Path) -> list[str]:
     return [v["name"] for v in json.loads(proc.stdout)["variants"] if v["built"]]
 
 
-def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, **extra: str) -> dict[str, Any]:
+def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, tests: tuple[str, ...], **extra: str) -> dict[str, Any]:
     """vLLM's kernel tests from the sdist through our plugin; the junit counts and the variant."""
     command = [str(python), "-m", "pytest", "-p", "vllm_cpu_testing.plugin", "--noconftest", "-p", "no:cacheprovider",
-               "-q", "-rs", "--vllm-cpu-quick", f"--junitxml={junit}", *VLLM_TESTS]
+               "-q", "-rs", "--vllm-cpu-quick", f"--junitxml={junit}", *tests]
     # the sdist's root is the working directory (vllm/ and tests/ import from it);
     # the plugin comes from the example, not from the wheel
     proc = subprocess.run(command, env=env(PYTHONPATH=str(EXAMPLE), **extra), cwd=vllm_tree, capture_output=True,
@@ -131,7 +135,7 @@ def test_vllm_kernel_tests_pass_on_every_variant_this_cpu_runs(
     runs = [v for v in kernel_variants(matrix) if v in built_variants(python, tmp_path)]
     assert runs, "the oracle says this CPU runs none of the example's kernel variants"
     for variant in runs:
-        result = run_vllm_tests(python, vllm_tree, tmp_path / f"{variant}.xml", **{f"{PREFIX}_ISA": variant})
+        result = run_vllm_tests(python, vllm_tree, tmp_path / f"{variant}.xml", VLLM_TESTS, **{f"{PREFIX}_ISA": variant})
         record_property(f"vllm_tests[{variant}]", result["counts"])
         print(f"vLLM kernel tests, {variant} (forced): {result['counts']}")
         assert_vllm_tests_pass(result, variant)
@@ -141,9 +145,21 @@ def test_vllm_kernel_tests_pass_on_the_default_pick(
     python: Path, vllm_tree: Path, matrix: Matrix, tmp_path: Path, record_property: Callable[[str, Any], None]
 ) -> None:
     expected = oracle_ranking(matrix, built_variants(python, tmp_path))[0]
-    result = run_vllm_tests(python, vllm_tree, tmp_path / "default.xml")
+    result = run_vllm_tests(python, vllm_tree, tmp_path / "default.xml", VLLM_TESTS)
     record_property("vllm_tests[default]", result["counts"])
     print(f"vLLM kernel tests, default pick {expected}: {result['counts']}")
+    assert_vllm_tests_pass(result, expected)
+
+
+def test_vllm_attention_tests_pass_on_the_default_pick(
+    python: Path, vllm_tree: Path, matrix: Matrix, tmp_path: Path, record_property: Callable[[str, Any], None]
+) -> None:
+    """vLLM's CPU attention (cpu_attn.cpp, its generated dispatch) under vLLM's own test; its
+    AMX, Arm and RISC-V cases skip by vLLM's own conditions on other CPUs."""
+    expected = oracle_ranking(matrix, built_variants(python, tmp_path))[0]
+    result = run_vllm_tests(python, vllm_tree, tmp_path / "attention.xml", VLLM_ATTENTION_TESTS)
+    record_property("vllm_attention_tests[default]", result["counts"])
+    print(f"vLLM attention tests, default pick {expected}: {result['counts']}")
     assert_vllm_tests_pass(result, expected)
 
 

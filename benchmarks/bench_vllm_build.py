@@ -1,0 +1,120 @@
+"""Build time of vLLM's CPU extension (examples/vllm-cpu) per variant: cold and warm ccache, without and with
+precompiled headers, side by side in one run.
+
+    python benchmarks/bench_vllm_build.py [--variants avx2,avx512,...] [--full] [--jobs N] [--keep DIR] [--json]
+
+For each variant (default: every x86_64 / aarch64 variant of the example's matrix for this host's arch; each
+one compiles here whether or not this CPU runs it) four `cpubuild wheel --isa <variant>` builds, each in a
+fresh build directory:
+
+* cold, no PCH: an empty private ccache;
+* warm, no PCH: the same ccache again (every object should come from it);
+* cold, PCH: `-C cmake.define.VLLM_CPU_OPS_PCH=ON` (<torch/all.h> precompiled once per variant), an empty ccache;
+* warm, PCH: that ccache again.
+
+`--full` adds `-C cmake.define.VLLM_CPU_OPS_FULL=ON` (every torch-only vLLM source; 45-60 s per file and variant
+on 2 cores) instead of the default set (layernorm, activation, pos_encoding, attention). Prints wall seconds,
+the compile stage's seconds and CPU seconds of the build's process tree (less sensitive to other jobs on a
+shared machine), and the ratios cold / warm and no-PCH / PCH. Figures vary with the host: compare ratios taken
+in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "vllm-cpu"
+sys.path.insert(0, str(REPO / "tools"))
+
+from cpubuild.matrix import load_matrix  # noqa: E402
+from cpubuild.platforms import Host  # noqa: E402
+
+CLI = [sys.executable, "-c", "import sys; from cpubuild.cli import main; sys.exit(main())"]
+
+
+def build(root: Path, variant: str, ccache: Path, pch: bool, full: bool, jobs: int) -> dict[str, Any]:
+    """One fresh-build-directory wheel build of one variant; wall, compile-stage and CPU seconds."""
+    defines = [f"-Ccmake.define.VLLM_CPU_OPS_PCH={'ON' if pch else 'OFF'}",
+               f"-Ccmake.define.VLLM_CPU_OPS_FULL={'ON' if full else 'OFF'}"]
+    build_root = Path(tempfile.mkdtemp(prefix="build-", dir=root))
+    cmd = [*CLI, "wheel", "--json", "-q", "--project", str(EXAMPLE), "--isa", variant, "--jobs", str(jobs),
+           "--build-root", str(build_root), "--out", str(root / "out"), *defines]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "CCACHE_DIR": str(ccache)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit(f"bench_vllm_build: {variant} (pch={pch}) failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    summary = json.loads(proc.stdout)
+    return {"wall": round(wall, 1), "compile": round(float(summary.get("stages", {}).get("compile", 0.0)), 1),
+            "cpu": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1)}
+
+
+def measure(root: Path, variant: str, full: bool, jobs: int) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for pch in (False, True):
+        ccache = Path(tempfile.mkdtemp(prefix="ccache-", dir=root))  # cold: empty; warm: the cold build's
+        for temperature in ("cold", "warm"):
+            key = f"{temperature}{'+pch' if pch else ''}"
+            results[key] = build(root, variant, ccache, pch, full, jobs)
+            print(f"  {variant:<11} {key:<9} wall {results[key]['wall']:7.1f} s  compile {results[key]['compile']:7.1f} s"
+                  f"  cpu {results[key]['cpu']:7.1f} s", flush=True)
+    return results
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "-"
+
+
+def table(rows: dict[str, dict[str, dict[str, Any]]]) -> str:
+    head = ("| variant | cold s | warm s | cold+pch s | warm+pch s | cold/warm | cold/cold+pch | "
+            "cold/cold+pch (cpu) |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for variant, r in rows.items():
+        lines.append(f"| {variant} | {r['cold']['wall']} | {r['warm']['wall']} | {r['cold+pch']['wall']} | "
+                     f"{r['warm+pch']['wall']} | {ratio(r['cold']['wall'], r['warm']['wall'])} | "
+                     f"{ratio(r['cold']['wall'], r['cold+pch']['wall'])} | "
+                     f"{ratio(r['cold']['cpu'], r['cold+pch']['cpu'])} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", help="comma-separated (default: every variant of this arch)")
+    parser.add_argument("--full", action="store_true", help="VLLM_CPU_OPS_FULL=ON: every torch-only vLLM source")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary directory)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    args = parser.parse_args()
+    arch = Host.current().arch
+    known = [v.name for v in load_matrix(EXAMPLE / "isa_matrix.toml").variants_for(arch)]
+    variants = args.variants.split(",") if args.variants else known
+    unknown = sorted(set(variants) - set(known))
+    if unknown:
+        print(f"bench_vllm_build: --variants: {', '.join(unknown)} not in {arch}'s variants ({', '.join(known)})",
+              file=sys.stderr)
+        return 2
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-vllm-build-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"vllm-cpu build, {'full' if args.full else 'default'} source set, {arch}, {args.jobs} jobs; work dir {root}")
+    rows = {variant: measure(root, variant, args.full, args.jobs) for variant in variants}
+    print(table(rows))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
