@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:  # rich is imported lazily: the build backend (cpubuild.matrix/torchdist) runs without it
+    from rich.console import Console
 
 INTERVAL_ENV = "CPUBUILD_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL_S = 12.0
@@ -82,14 +83,18 @@ def heartbeat(what: str) -> Callable[[], None]:
 @contextlib.contextmanager
 def step(what: str, *, console: Console | None = None) -> Iterator[None]:
     """Shows `what` and its elapsed time while the block runs, and how long it took (or that it failed)."""
-    console = console or Console(stderr=True, highlight=False)
     started = time.monotonic()
 
     def took() -> str:
         return elapsed_text(time.monotonic() - started)
 
     outcome = "failed after"
-    if console.is_terminal:
+    if console is None:
+        with contextlib.suppress(ImportError):
+            from rich.console import Console
+            console = Console(stderr=True, highlight=False)
+    if console is not None and console.is_terminal:
+        from rich.markup import escape
         with console.status(escape(what)) as status, \
                 _ticking(TERMINAL_TICK_S, lambda: status.update(escape(f"{what}  {took()}"))):
             try:
