@@ -248,11 +248,24 @@ def target_environment(platform: str, python: str) -> dict[str, str]:
             "platform_release": "", "platform_version": "", "extra": ""}
 
 
+GPU_PACKAGES = ("nvidia-", "cuda-", "triton")
+
+
+def missing_dependency(version: str, platform: str, requirement: str, why: str) -> str:
+    """One line for a torch dependency that cannot be fetched; a GPU one names the cause and the fix."""
+    if not requirement.lower().startswith(GPU_PACKAGES):
+        return f"torch {version} for {platform}: cannot fetch its dependency {requirement!r}: {why}"
+    return (f"torch {version} for {platform} is a GPU build (it requires {requirement.split(';')[0].strip()}, which "
+            f"cannot be fetched here: {why}); test against a CPU build instead: --torch 2.9.1 is the last release "
+            "whose aarch64 wheel on PyPI is one, or install torch from https://download.pytorch.org/whl/cpu")
+
+
 def fetch_with_dependencies(version: str, platform: str, python: str, dest: Path) -> list[Path]:
     """torch `version` and everything it requires on that platform and Python, as
     wheels in `dest` (torch's own from the cache). Markers are evaluated for the
-    target, so an aarch64 torch gets no CUDA packages and x86_64 ones no triton
-    unless torch asks for them there."""
+    target. Since torch 2.10 the package index's aarch64 torch is a CUDA build
+    whose CUDA packages apply on aarch64 too (vLLM #43115): one that cannot be
+    fetched is refused with that cause and the fix."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -275,7 +288,7 @@ def fetch_with_dependencies(version: str, platform: str, python: str, dest: Path
             got = sorted(set(dest.glob("*.whl")) - before)
             if proc.returncode != 0 or not got:
                 why = next((line for line in proc.stderr.splitlines() if line.startswith("ERROR")), proc.stderr[-300:])
-                raise UsageError(f"torch {version} for {platform}: cannot fetch its dependency {text!r}: {why}")
+                raise UsageError(missing_dependency(version, platform, text, why))
             queue += got
     return sorted(dest.glob("*.whl"))
 
