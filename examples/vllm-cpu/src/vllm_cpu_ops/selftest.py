@@ -45,20 +45,15 @@ def check_fused_add(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, tor
     return torch.cat([got_x, got_residual]), torch.cat([rms(total, w, 1e-6), total])
 
 
-def check_silu(x: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    gate = torch.cat([x, x.flip(-1)], dim=-1).contiguous()
-    out = torch.empty_like(x)
-    torch.ops._C.silu_and_mul(out, gate)
-    d = x.shape[-1]
-    return out, (torch.nn.functional.silu(gate[..., :d].float()) * gate[..., d:].float()).to(x.dtype)
-
-
-def check_gelu(x: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    gate = torch.cat([x, x.flip(-1)], dim=-1).contiguous()
-    out = torch.empty_like(x)
-    torch.ops._C.gelu_and_mul(out, gate)
-    d = x.shape[-1]
-    return out, (torch.nn.functional.gelu(gate[..., :d].float()) * gate[..., d:].float()).to(x.dtype)
+def gated(op: str, act: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """vLLM's `<act>_and_mul(out, gate)`: act(first half) * second half."""
+    def check(x: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gate = torch.cat([x, x.flip(-1)], dim=-1).contiguous()
+        out = torch.empty_like(x)
+        getattr(torch.ops._C, op)(out, gate)
+        d = x.shape[-1]
+        return out, (act(gate[..., :d].float()) * gate[..., d:].float()).to(x.dtype)
+    return check
 
 
 def rotate(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
@@ -92,8 +87,8 @@ def rotary_case(neox: bool) -> Callable[[torch.Tensor, torch.Tensor], tuple[torc
 
 
 CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {
-    "rms_norm": check_rms_norm, "fused_add_rms_norm": check_fused_add, "silu_and_mul": check_silu,
-    "gelu_and_mul": check_gelu, "rotary_embedding neox": rotary_case(True), "rotary_embedding gptj": rotary_case(False),
+    "rms_norm": check_rms_norm, "fused_add_rms_norm": check_fused_add, "silu_and_mul": gated("silu_and_mul", torch.nn.functional.silu),
+    "gelu_and_mul": gated("gelu_and_mul", torch.nn.functional.gelu), "rotary_embedding neox": rotary_case(True), "rotary_embedding gptj": rotary_case(False),
 }
 
 
