@@ -63,8 +63,9 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
     rng = np.random.default_rng(tokens)
     e = 2 if dtype == "bf16" else 4
 
-    def rand(*shape: int) -> Any:
-        return rng.standard_normal(shape, dtype=np.float32).astype(np_dtype)
+    def rand(*shape: int, scale: float = 1.0) -> Any:
+        # scaled before the cast: bfloat16 * a Python float is float32 under newer ml_dtypes
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np_dtype)
 
     def to_torch(a: Any) -> Any:
         import torch
@@ -87,7 +88,7 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         written = tokens * HIDDEN * e
         traffic = 2 * written + HIDDEN * e  # x in, out, the weight
     elif op == "fused_add_rms_norm":
-        x, r, w = rand(tokens, HIDDEN), rand(tokens, HIDDEN) * 0.01, rand(HIDDEN)
+        x, r, w = rand(tokens, HIDDEN), rand(tokens, HIDDEN, scale=0.01), rand(HIDDEN)
         x_dst, r_dst = np.empty_like(x), np.empty_like(r)
         fn = lambda: cpukern.fused_add_rms_norm(x, r, w, 1e-6)  # noqa: E731
 
@@ -98,7 +99,7 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         if has_torch:
             import torch.nn.functional as F
 
-            tx, tr, tw = to_torch(rand(tokens, HIDDEN)), to_torch(rand(tokens, HIDDEN) * 0.01), to_torch(w)
+            tx, tr, tw = to_torch(rand(tokens, HIDDEN)), to_torch(rand(tokens, HIDDEN, scale=0.01)), to_torch(w)
 
             def torch_fn() -> None:
                 tr.add_(tx)
