@@ -67,9 +67,13 @@ def check_w8a8(got: Any, a: Any, sa: Any, b: Any, sb: Any, out_dtype: str, what:
     assert not bad.any(), f"{what}: {int(bad.sum())} elements off, worst relative {float((err / (np.abs(want) + 1e-30)).max())}"
 
 
+@pytest.mark.parametrize("kernel", ["", *gemm.BF16_KERNELS], ids=lambda k: k or "by-cpu")
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gemm_bf16_matches_float64(variant: str, shape: tuple[int, int, int]) -> None:
+def test_gemm_bf16_matches_float64(variant: str, shape: tuple[int, int, int], kernel: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the avx512bf16 variant's larger-M kernel forced each way (one packed B for both)."""
+    monkeypatch.setenv(gemm.BF16_KERNEL_ENV, kernel)
     m, n, k = shape
     a, b = rand_bf16((m, k), m * 7 + k), rand_bf16((k, n), n * 3 + k)
     with ops.use_variant(variant):
@@ -129,6 +133,20 @@ def test_strided_inputs_outputs_and_transposed_weights(variant: str) -> None:
         sa, sb = np.ones(m, np.float32), np.full(n, 0.5, np.float32)
         got = cpukern.gemm_w8a8(ai, sa, cpukern.pack_b_int8(bi.T), sb)
         check_w8a8(got, ai, sa, bi.T, sb, "float32", f"{variant} strided int8")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_bf16_kernel_override_is_checked_and_reported(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ops.use_variant(variant):
+        small = gemm.kernel_name("bfloat16", 1)
+        for kernel in gemm.BF16_KERNELS:
+            monkeypatch.setenv(gemm.BF16_KERNEL_ENV, kernel)
+            assert gemm.kernel_name("bfloat16", 1) == small  # GEMV keeps its kernel
+            if small == "vdpbf16ps" and variant != "amx":  # the avx512bf16 variant: both kernels from 16 rows on
+                assert gemm.kernel_name("bfloat16", 256) == {"vdpbf16ps": "vdpbf16ps", "widened": "widened panel+fma"}[kernel]
+        monkeypatch.setenv(gemm.BF16_KERNEL_ENV, "fast")
+        with pytest.raises(ValueError, match="CPUKERN_GEMM_BF16='fast': expected one of vdpbf16ps, widened"):
+            cpukern.gemm_bf16(rand_bf16((2, 4), 1), rand_bf16((4, 3), 2))
 
 
 def test_packed_weights_are_reused_and_empty_m_works() -> None:

@@ -214,9 +214,11 @@ def test_plan_covers_the_avx512_variants_and_leaves_amx_out() -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_the_avx512_branches_are_compiled_in(emulated: dict[str, str], variant: str) -> None:
+def test_the_avx512_branches_are_compiled_in(emulated: dict[str, str], variant: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The emulated library took the AVX-512 branches: 64-byte vectors and,
     where the variant has them, the vdpbf16ps / vpdpbusd micro-kernels."""
+    monkeypatch.setenv(gemm.BF16_KERNEL_ENV, "vdpbf16ps")  # not the vendor rule's pick for larger M
     lib = _dispatch.DISPATCHER.load_variant(emulated[variant])
     lib.cpukern_vector_bytes.restype = ctypes.c_int32
     assert lib.cpukern_vector_bytes() == 64
@@ -238,9 +240,13 @@ def f64(a: Any) -> Any:
     return np.asarray(a).astype(np.float64)
 
 
+@pytest.mark.parametrize("kernel", gemm.BF16_KERNELS)
 @pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_gemm_bf16(emulated: dict[str, str], variant: str, shape: tuple[int, int, int]) -> None:
+def test_gemm_bf16(emulated: dict[str, str], variant: str, shape: tuple[int, int, int], kernel: str,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """avx512bf16: both of its larger-M kernels (vdpbf16ps, widened panels + FMA) on one packed B."""
+    monkeypatch.setenv(gemm.BF16_KERNEL_ENV, kernel)
     m, n, k = shape
     rng = np.random.default_rng(m * 7 + k)
     a, b = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)

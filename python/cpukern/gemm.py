@@ -28,6 +28,7 @@ tensor (`PackedWeights.data`) that the operators read with the layout text.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 from . import _abi, ops
@@ -47,6 +48,18 @@ _abi.signature("cpukern_gemm_packed_bytes", i32, i64, i64, restype=ctypes.c_int6
 _abi.signature("cpukern_gemm_pack_b", i32, ptr, i64, i64, i64, i64, ptr)
 _abi.signature("cpukern_gemm_bf16", ptr, i64, ptr, i64, i64, i64, ptr, i64, i32)
 _abi.signature("cpukern_gemm_w8a8", ptr, i64, ptr, ptr, ptr, i64, i64, i64, ptr, i64, i32)
+
+
+# The avx512bf16 variant's bf16 micro-kernel from 16 rows on: by CPU vendor
+# (csrc/kernels/gemm.cpp, widen_bf16), or forced; other variants ignore it.
+BF16_KERNEL_ENV = "CPUKERN_GEMM_BF16"
+BF16_KERNELS = ("vdpbf16ps", "widened")
+
+
+def _check_bf16_kernel_env() -> None:
+    value = os.environ.get(BF16_KERNEL_ENV, "")
+    if value and value not in BF16_KERNELS:
+        raise ValueError(f"{BF16_KERNEL_ENV}={value!r}: expected one of {', '.join(BF16_KERNELS)} (or unset: by CPU)")
 
 
 def _variant() -> tuple[str, Any]:
@@ -71,6 +84,7 @@ packed_layout._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 def kernel_name(dtype: str, m: int) -> str:
     """The micro-kernel the running variant uses for `m` rows (e.g. 'vdpbf16ps')."""
+    _check_bf16_kernel_env()
     _, lib = _variant()
     name: bytes = _abi.function("cpukern_gemm_kernel", lib)(_KIND_CODE[dtype], m)
     return name.decode()
@@ -308,6 +322,7 @@ def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
     pb, b_ptr = _packed(b, "bfloat16", aa, lib, variant)
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
     if m:
+        _check_bf16_kernel_env()
         _call("cpukern_gemm_bf16", lib, aa.ptr, lda, b_ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
               _abi.DTYPE_CODES[dtype])
     return out

@@ -124,7 +124,12 @@ def test_amx_int8_gemm_on_the_labelled_inputs(harness: amx.HarnessRun) -> None:
 
 def test_avx512bf16_gemm_matches_everywhere(harness: amx.HarnessRun) -> None:
     vr = by_variant(harness, "avx512bf16")
-    assert {r.kernel for r in vr.results} == {"vdpbf16ps", "vpdpbusd"}
+    assert {r.kernel for r in vr.results if r.case.startswith("int8")} == {"vpdpbusd"}
+    # Bochs's sapphire_rapids says GenuineIntel: from 16 rows on the variant widens bf16 for FMA
+    # instead of vdpbf16ps (csrc/kernels/gemm.cpp, widen_bf16), on the same packed B
+    bf16 = {r.case: r.kernel for r in vr.results if r.case.startswith("bf16")}
+    assert {k for c, k in bf16.items() if int(c.split("M=")[1].split()[0]) >= 16} == {"widened"}, bf16
+    assert {k for c, k in bf16.items() if int(c.split("M=")[1].split()[0]) < 16} == {"vdpbf16ps"}, bf16
     for r in vr.results:
         assert r.judged and r.ok and r.mismatches == 0, r
 

@@ -125,6 +125,11 @@ size_t strlen(const char* s) {
     while (s[n]) ++n;
     return n;
 }
+int strcmp(const char* a, const char* b) {
+    while (*a && *a == *b) ++a, ++b;
+    return static_cast<unsigned char>(*a) - static_cast<unsigned char>(*b);
+}
+char* getenv(const char*) { return nullptr; }  // a bare-metal guest has no environment
 int posix_memalign(void** p, size_t align, size_t bytes) {
     *p = rt_alloc(bytes, align);
     return 0;
