@@ -37,13 +37,14 @@ struct Kernels {
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__)
 using Bf16 = Kernels<Dpbf16, AmxBf16, 32>;  // AMX tiles need 32 rows to pay off
+using Bf16Widened = Kernels<Dpbf16, GenericBf16Wide, 16>;  // below 32 rows, see widen_bf16
+#define CPUKERN_BF16_BY_HOST 1
 using Int8 = Kernels<Vnni, AmxInt8, 32>;
 #elif defined(__AVX512BF16__) && defined(__AVX512VNNI__)
 using Bf16 = Kernels<Dpbf16, Dpbf16, 0>;
 // the same packed B through widened panels + FMA from 16 rows on: see widen_bf16
 using Bf16Widened = Kernels<Dpbf16, GenericBf16Wide, 16>;
 #define CPUKERN_BF16_BY_HOST 1
-static_assert(Bf16Widened::Large::kAkg == Bf16::Large::kAkg, "the widened kernel reads the same packed B and A groups");
 using Int8 = Kernels<Vnni, Vnni, 0>;
 #elif defined(__AVX512VNNI__)
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
@@ -62,6 +63,8 @@ using Int8 = Kernels<GenericInt8, GenericInt8, 0>;
 constexpr int kmax(int a, int b) { return a > b ? a : b; }
 
 #ifdef CPUKERN_BF16_BY_HOST
+static_assert(GenericBf16Wide::kAkg == Dpbf16::kAkg, "the widened kernel reads what vdpbf16ps reads");
+
 bool host_is_intel() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
@@ -72,8 +75,9 @@ bool host_is_intel() {
     return std::strcmp(vendor, "GenuineIntel") == 0;
 }
 
-// Whether the avx512bf16 variant runs gemm_bf16 from 16 rows on through
-// widened panels + FMA instead of vdpbf16ps. On the Intel AVX-512 BF16 core
+// Whether the avx512bf16 variant runs gemm_bf16 from 16 rows on (amx: from
+// 16 to 31 rows, below its tiles) through widened panels + FMA instead of
+// vdpbf16ps. On the Intel AVX-512 BF16 core
 // measured (Emerald Rapids, 16 vCPU) vdpbf16ps retires at half the rate of
 // two FMAs (1.19 vs 2.51 TFLOP/s), and M=256 took 10.6 ms with it against 7.3
 // with the widened kernel; AMD Zen 4/5 run it at full rate. The environment
@@ -136,7 +140,7 @@ CPUKERN_API const char* cpukern_gemm_layout(int32_t kind) {
 // Name of the micro-kernel used for M rows (diagnostics and benchmarks).
 CPUKERN_API const char* cpukern_gemm_kernel(int32_t kind, int64_t M) {
 #ifdef CPUKERN_BF16_BY_HOST
-    if (kind == kKindBf16 && widen_bf16())
+    if (kind == kKindBf16 && !Bf16::large(M) && widen_bf16())
         return Bf16Widened::large(M) ? Bf16Widened::Large::kName : Bf16Widened::Small::kName;
 #endif
     if (kind == kKindBf16) return Bf16::large(M) ? Bf16::Large::kName : Bf16::Small::kName;
@@ -170,7 +174,7 @@ CPUKERN_API int32_t cpukern_gemm_bf16(const void* a, int64_t lda, const void* pa
     const Layout L = layout(kKindBf16);
     const EpiFloat epi{out, ldo, out_dtype == CPUKERN_BF16};
 #ifdef CPUKERN_BF16_BY_HOST
-    if (widen_bf16())
+    if (!Bf16::large(M) && widen_bf16())
         return dispatch<Bf16Widened>(static_cast<const cpukern::bf16_t*>(a), lda, M, N, K,
                                      static_cast<const uint8_t*>(packed), L, epi);
 #endif

@@ -100,7 +100,9 @@ def test_amx_bf16_gemm_matches_the_reference_within_the_float32_bound(harness: a
     results = [r for r in by_variant(harness, "amx").results if r.case.startswith("bf16")]
     kernels = {r.case: r.kernel for r in results}
     assert {k for c, k in kernels.items() if int(c.split("M=")[1].split()[0]) >= LARGE_M} == {"amx-bf16"}
-    assert {k for c, k in kernels.items() if int(c.split("M=")[1].split()[0]) < LARGE_M} == {"vdpbf16ps"}
+    # below the tiles: vdpbf16ps, and from 16 rows on the widened kernel (GenuineIntel, widen_bf16)
+    assert {k for c, k in kernels.items() if int(c.split("M=")[1].split()[0]) < 16} == {"vdpbf16ps"}, kernels
+    assert {k for c, k in kernels.items() if 16 <= int(c.split("M=")[1].split()[0]) < LARGE_M} == {"widened"}, kernels
     for r in results:
         assert r.judged and r.ok and r.mismatches == 0, r
         assert r.worst_ratio <= 1.0, r
