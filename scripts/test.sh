@@ -37,7 +37,9 @@ set +e
 # other compiles. PYTEST_WORKERS=0 runs everything in this process.
 workers=${PYTEST_WORKERS:-2}
 xdist=()
-[ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile)
+# --no-loadscope-reorder: files in collection order, which tools/tests/conftest.py
+# makes longest first (xdist would order them by their number of tests).
+[ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 python3 -m pytest "${xdist[@]}" --durations=30 --junitxml=build/pytest-junit.xml "$@"
 rc=$?
 set -e
