@@ -89,6 +89,10 @@ bool widen_bf16() {
     static const bool intel = host_is_intel();
     return intel;
 }
+
+// Only rows the widened kernel would take consult the environment: GEMV and
+// other small products stay off getenv.
+bool widened_bf16_for(int64_t M) { return Bf16Widened::large(M) && !Bf16::large(M) && widen_bf16(); }
 #endif
 
 Layout layout(int32_t kind) {
@@ -140,7 +144,7 @@ CPUKERN_API const char* cpukern_gemm_layout(int32_t kind) {
 // Name of the micro-kernel used for M rows (diagnostics and benchmarks).
 CPUKERN_API const char* cpukern_gemm_kernel(int32_t kind, int64_t M) {
 #ifdef CPUKERN_BF16_BY_HOST
-    if (kind == kKindBf16 && !Bf16::large(M) && widen_bf16())
+    if (kind == kKindBf16 && widened_bf16_for(M))
         return Bf16Widened::large(M) ? Bf16Widened::Large::kName : Bf16Widened::Small::kName;
 #endif
     if (kind == kKindBf16) return Bf16::large(M) ? Bf16::Large::kName : Bf16::Small::kName;
@@ -174,7 +178,7 @@ CPUKERN_API int32_t cpukern_gemm_bf16(const void* a, int64_t lda, const void* pa
     const Layout L = layout(kKindBf16);
     const EpiFloat epi{out, ldo, out_dtype == CPUKERN_BF16};
 #ifdef CPUKERN_BF16_BY_HOST
-    if (!Bf16::large(M) && widen_bf16())
+    if (widened_bf16_for(M))
         return dispatch<Bf16Widened>(static_cast<const cpukern::bf16_t*>(a), lda, M, N, K,
                                      static_cast<const uint8_t*>(packed), L, epi);
 #endif
