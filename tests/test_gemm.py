@@ -142,8 +142,8 @@ def test_the_bf16_kernel_override_is_checked_and_reported(variant: str, monkeypa
         for kernel in gemm.BF16_KERNELS:
             monkeypatch.setenv(gemm.BF16_KERNEL_ENV, kernel)
             assert gemm.kernel_name("bfloat16", 1) == small  # GEMV keeps its kernel
-            if small == "vdpbf16ps":  # avx512bf16 from 16 rows on, amx from 16 to 31 (its tiles from 32)
-                rows = 31 if variant == "amx" else 256
+            if small == "vdpbf16ps" and variant != "amx":  # avx512bf16 from 16 rows on (amx: its tiles)
+                rows = 256
                 assert gemm.kernel_name("bfloat16", rows) == {"vdpbf16ps": "vdpbf16ps", "widened": "widened panel+fma"}[kernel]
         monkeypatch.setenv(gemm.BF16_KERNEL_ENV, "fast")
         with pytest.raises(ValueError, match="CPUKERN_GEMM_BF16='fast': expected one of vdpbf16ps, widened"):

@@ -36,10 +36,19 @@ struct Kernels {
 };
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__)
-using Bf16 = Kernels<Dpbf16, AmxBf16, 32>;  // AMX tiles need 32 rows to pay off
-using Bf16Widened = Kernels<Dpbf16, GenericBf16Wide, 16>;  // below 32 rows, see widen_bf16
+// Rows from which the AMX tiles (32 per step, the rest zero) beat the AVX-512
+// kernels, measured on an Emerald Rapids class host (docs/gemm.md); a build may
+// override them to measure again (-DCPUKERN_AMX_BF16_ROWS=1 ...).
+#ifndef CPUKERN_AMX_BF16_ROWS
+#define CPUKERN_AMX_BF16_ROWS 16
+#endif
+#ifndef CPUKERN_AMX_INT8_ROWS
+#define CPUKERN_AMX_INT8_ROWS 20
+#endif
+using Bf16 = Kernels<Dpbf16, AmxBf16, CPUKERN_AMX_BF16_ROWS>;
+using Bf16Widened = Kernels<Dpbf16, GenericBf16Wide, 16>;  // below the AMX rows, see widen_bf16
 #define CPUKERN_BF16_BY_HOST 1
-using Int8 = Kernels<Vnni, AmxInt8, 32>;
+using Int8 = Kernels<Vnni, AmxInt8, CPUKERN_AMX_INT8_ROWS>;
 #elif defined(__AVX512BF16__) && defined(__AVX512VNNI__)
 using Bf16 = Kernels<Dpbf16, Dpbf16, 0>;
 // the same packed B through widened panels + FMA from 16 rows on: see widen_bf16
@@ -76,8 +85,8 @@ bool host_is_intel() {
 }
 
 // Whether the avx512bf16 variant runs gemm_bf16 from 16 rows on (amx: from
-// 16 to 31 rows, below its tiles) through widened panels + FMA instead of
-// vdpbf16ps. On the Intel AVX-512 BF16 core
+// 16 rows to its tiles, none with the measured rows) through widened panels +
+// FMA instead of vdpbf16ps. On the Intel AVX-512 BF16 core
 // measured (Emerald Rapids, 16 vCPU) vdpbf16ps retires at half the rate of
 // two FMAs (1.19 vs 2.51 TFLOP/s), and M=256 took 10.6 ms with it against 7.3
 // with the widened kernel; AMD Zen 4/5 run it at full rate. The environment

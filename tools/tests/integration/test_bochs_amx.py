@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.bochs]
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 HARNESS = amx.harness_config(load_config(REPO), MATRIX)
-LARGE_M = 32  # csrc/kernels/gemm.cpp: the amx variant runs AMX tiles from this many rows
+# csrc/kernels/gemm.cpp: the amx variant runs AMX tiles from this many rows
+AMX_BF16_ROWS, AMX_INT8_ROWS = 16, 20
 BUGGY_INT8 = "Bochs bug: bytes multiplied as unsigned x unsigned"
 CVTNE2_BUG = "Bochs bug: upper 16 lanes repeat the lower 16 (the first source is lost)"
 
@@ -59,6 +60,10 @@ def harness() -> amx.HarnessRun:
 def corrupted() -> amx.HarnessRun:
     _prerequisites()
     return amx.run_harness(HARNESS, MATRIX, variants=["amx"], corrupt_packing=True, log=print)
+
+
+def _rows(case: str) -> int:
+    return int(case.split("M=")[1].split()[0])
 
 
 def by_variant(run: amx.HarnessRun, name: str) -> amx.VariantRun:
@@ -99,10 +104,8 @@ def test_the_gemm_code_never_uses_vcvtne2ps2bf16(harness: amx.HarnessRun) -> Non
 def test_amx_bf16_gemm_matches_the_reference_within_the_float32_bound(harness: amx.HarnessRun) -> None:
     results = [r for r in by_variant(harness, "amx").results if r.case.startswith("bf16")]
     kernels = {r.case: r.kernel for r in results}
-    assert {k for c, k in kernels.items() if int(c.split("M=")[1].split()[0]) >= LARGE_M} == {"amx-bf16"}
-    # below the tiles: vdpbf16ps, and from 16 rows on the widened kernel (GenuineIntel, widen_bf16)
-    assert {k for c, k in kernels.items() if int(c.split("M=")[1].split()[0]) < 16} == {"vdpbf16ps"}, kernels
-    assert {k for c, k in kernels.items() if 16 <= int(c.split("M=")[1].split()[0]) < LARGE_M} == {"widened"}, kernels
+    assert {k for c, k in kernels.items() if _rows(c) >= AMX_BF16_ROWS} == {"amx-bf16"}, kernels
+    assert {k for c, k in kernels.items() if _rows(c) < AMX_BF16_ROWS} == {"vdpbf16ps"}, kernels  # below the tiles
     for r in results:
         assert r.judged and r.ok and r.mismatches == 0, r
         assert r.worst_ratio <= 1.0, r
@@ -114,7 +117,8 @@ def test_amx_int8_gemm_on_the_labelled_inputs(harness: amx.HarnessRun) -> None:
     kats = {k.name: k for k in by_variant(harness, "amx").kats}
     through_amx = [r for r in results if r.kernel == "amx-int8"]
     assert {r.inputs for r in through_amx} == {"int8-nonneg", "int8-signed"}
-    assert {int(r.case.split("M=")[1].split()[0]) >= LARGE_M for r in through_amx} == {True}
+    assert {_rows(r.case) >= AMX_INT8_ROWS for r in through_amx} == {True}
+    assert {r.kernel for r in results if _rows(r.case) < AMX_INT8_ROWS} == {"vpdpbusd"}
     for r in results:
         if r.kernel == "amx-int8" and r.inputs == "int8-signed" and not kats["tdpbssd"].ok:
             # full-range signed bytes through Bochs's unsigned tdpbssd: wrong, so not judged
@@ -130,8 +134,8 @@ def test_avx512bf16_gemm_matches_everywhere(harness: amx.HarnessRun) -> None:
     # Bochs's sapphire_rapids says GenuineIntel: from 16 rows on the variant widens bf16 for FMA
     # instead of vdpbf16ps (csrc/kernels/gemm.cpp, widen_bf16), on the same packed B
     bf16 = {r.case: r.kernel for r in vr.results if r.case.startswith("bf16")}
-    assert {k for c, k in bf16.items() if int(c.split("M=")[1].split()[0]) >= 16} == {"widened"}, bf16
-    assert {k for c, k in bf16.items() if int(c.split("M=")[1].split()[0]) < 16} == {"vdpbf16ps"}, bf16
+    assert {k for c, k in bf16.items() if _rows(c) >= 16} == {"widened"}, bf16
+    assert {k for c, k in bf16.items() if _rows(c) < 16} == {"vdpbf16ps"}, bf16
     for r in vr.results:
         assert r.judged and r.ok and r.mismatches == 0, r
 
