@@ -41,6 +41,17 @@ TARGETS: tuple[dict[str, Any], ...] = (
     {"op": "gemm_bf16", "shape": [256], "versus": "baseline", "min": 4.0},
     {"op": "rms_norm", "dtype": "bf16", "shape": [512], "versus": "copy", "max": 2.0},
     {"op": "fused_add_rms_norm", "dtype": "bf16", "shape": [512], "versus": "copy", "max": 2.0},
+    # issue 25: every variant this host times, against the machine's own limits
+    *({"op": op, "dtype": dtype, "shape": [512], "versus": "copy", "max": limit, "each_variant": True}
+      for op, limit in (("rms_norm", 1.5), ("fused_add_rms_norm", 1.5), ("rotary_embedding", 2.0))
+      for dtype in ("bf16", "fp32")),
+    {"op": "silu_and_mul", "dtype": "bf16", "shape": [512], "versus": "bound", "min": 80, "each_variant": True},
+    *({"op": op, "shape": [1], "versus": "bound", "min": 80, "each_variant": True} for op in ("gemm_bf16", "gemm_w8a8")),
+    {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "each_variant": True},
+    {"op": "gemm_w8a8", "shape": [256], "versus": "bound", "min": 75, "each_variant": True,
+     "variants": ["baseline", "avx2", "avx512"]},
+    {"op": "gemm_w8a8", "shape": [256], "versus": "bound", "min": 85, "each_variant": True,
+     "variants": ["avx512vnni", "avx512bf16", "amx"]},
 )
 
 

@@ -2,10 +2,13 @@
 
 A target is a string (printed as is) or an object:
 ``{"op", "shape" (list, leading dims to match), "dtype"?, "versus", "min"? ,
-"max"?, "requires"? (host features; n/a without them)}`` where `versus` is
-``torch`` (torch time / best variant time), ``baseline`` (the baseline
-variant's time / best; n/a when `--variants` left the baseline out), ``copy`` (best / copy time) or ``bound`` (the best
-variant's percentage of its roofline bound).
+"max"?, "requires"? (host features; n/a without them), "each_variant"? (one
+line per timed variant instead of the best one), "variants"? (only these)}``
+where `versus` is
+``torch`` (torch time / the variant's time), ``baseline`` (the baseline
+variant's time / best; n/a when `--variants` left the baseline out), ``copy``
+(the variant's time / copy time) or ``bound`` (the variant's percentage of its
+roofline bound); the variant is the best timed one unless `each_variant`.
 """
 
 from __future__ import annotations
@@ -27,19 +30,34 @@ def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: S
     """One line: the measured figure against the target, or why it does not
     apply; None when the benchmark did not time the target's case.
     `baseline`: the lowest variant this host runs (default: the lowest timed)."""
+    lines = check_lines(target, records, variants, host_features, baseline=baseline)
+    return "\n".join(lines) if lines else None
+
+
+def check_lines(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
+                host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
+    """`check`'s lines: one, or one per timed variant with `each_variant`."""
     versus = target.get("versus")
     if versus not in VERSUS:
-        return f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})"
-    rows = [r for r in records if _matches(r, target)]
+        return [f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})"]
+    rows = [r for r in records if _matches(r, target)
+            and ("variants" not in target or r["variant"] in target["variants"])]
     shape = "x".join(map(str, target.get("shape", []))) or "any shape"
     what = f"target: {target['op']} {target.get('dtype', '')} {shape}".replace("  ", " ")
     lacking = [f for f in target.get("requires", []) if f not in set(host_features)]
     limit = f">= {target['min']}" if "min" in target else f"<= {target.get('max')}"
     if lacking:
-        return f"{what} vs {versus} ({limit}): n/a, this host lacks {', '.join(lacking)}"
+        return [f"{what} vs {versus} ({limit}): n/a, this host lacks {', '.join(lacking)}"]
     if not rows:
-        return None
-    best = min(rows, key=lambda r: r["us"])
+        return []
+    if target.get("each_variant") and versus != "baseline":
+        return [_line(target, what, limit, r, rows, variants, baseline) for r in rows]
+    return [_line(target, what, limit, min(rows, key=lambda r: r["us"]), rows, variants, baseline)]
+
+
+def _line(target: dict[str, Any], what: str, limit: str, best: dict[str, Any], rows: Sequence[dict[str, Any]],
+          variants: Sequence[str], baseline: str | None) -> str:
+    versus = target["versus"]
     value: float | None
     if versus == "torch":
         value, unit, name = (best["torch_us"] / best["us"] if best.get("torch_us") else None), "x", "torch"
@@ -66,9 +84,7 @@ def check_all(targets: Sequence[Any], records: Sequence[dict[str, Any]], variant
     out: list[str] = []
     for t in targets:
         if isinstance(t, dict):
-            line = check(t, records, variants, features, baseline=baseline)
-            if line is not None:
-                out.append(line)
+            out.extend(check_lines(t, records, variants, features, baseline=baseline))
         else:
             out.append(str(t))
     return out

@@ -1,0 +1,50 @@
+"""`cpubuild bench` targets: the best variant, or every variant with `each_variant`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpubuild.bench import targets
+
+VARIANTS = ["avx2", "avx512", "avx512bf16"]
+
+
+def record(variant: str, us: float, **extra: Any) -> dict[str, Any]:
+    return {"op": "gemm_bf16", "shape": [256, 4096, 4096], "dtype": "bf16", "variant": variant, "us": us, **extra}
+
+
+RECORDS = [
+    record("avx2", 40.0, pct_bound=78.0, bound="compute", torch_us=60.0),
+    record("avx512", 20.0, pct_bound=90.0, bound="compute", torch_us=60.0),
+    record("avx512bf16", 10.0, pct_bound=84.0, bound="compute", torch_us=60.0),
+]
+
+
+def test_the_best_variant_answers_by_default() -> None:
+    lines = targets.check_all([{"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85}], RECORDS, VARIANTS, [])
+    assert lines == ["target: gemm_bf16 256 avx512bf16 vs its compute bound: 84.0% (>= 85%: MISSED)"]
+
+
+def test_each_variant_gets_its_own_line() -> None:
+    target = {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "each_variant": True}
+    lines = targets.check_all([target], RECORDS, VARIANTS, [])
+    assert [line.split(" vs ")[0].split()[-1] for line in lines] == VARIANTS
+    assert [line.endswith("met)") for line in lines] == [False, True, False]
+
+
+def test_variants_limits_a_target_to_those_named() -> None:
+    target = {"op": "gemm_bf16", "shape": [256], "versus": "torch", "min": 2.0, "each_variant": True,
+              "variants": ["avx2", "avx512"]}
+    assert targets.check_all([target], RECORDS, VARIANTS, []) == [
+        "target: gemm_bf16 256 avx2 vs torch: 1.50x (>= 2.0x: MISSED)",
+        "target: gemm_bf16 256 avx512 vs torch: 3.00x (>= 2.0x: met)",
+    ]
+
+
+def test_requires_and_untimed_cases() -> None:
+    lacking = {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "requires": ["amx_tile"]}
+    untimed = {"op": "gemm_bf16", "shape": [1], "versus": "bound", "min": 80, "each_variant": True}
+    assert targets.check_all([lacking, untimed, "a note"], RECORDS, VARIANTS, ["avx2"]) == [
+        "target: gemm_bf16 256 vs bound (>= 85): n/a, this host lacks amx_tile", "a note"]
+    assert targets.check_all([{"op": "x", "versus": "speed"}], RECORDS, VARIANTS, [])[0].endswith(
+        "unknown versus (known: torch, baseline, copy, bound)")
