@@ -132,6 +132,13 @@ def _cases(config: Config, has_torch: bool) -> list[Callable[[], cases.Case]]:
     return out
 
 
+def _peak_dtype(case: cases.Case, kernels: dict[str, str]) -> dict[str, str]:
+    """A bf16 GEMM whose kernel widens to float32 for FMA (the avx512bf16
+    variant on Intel from 16 rows on) is bounded by the FMA peak, not vdpbf16ps's."""
+    kernel = kernels.get(f"bfloat16 M={case.shape[0]}", "") if case.op == "gemm_bf16" else ""
+    return {"peak_dtype": "fp32"} if "fma" in kernel else {}
+
+
 def run(config: Config) -> dict[str, Any]:
     import cpukern
     from cpukern import _dispatch, _threads, gemm, ops
@@ -181,6 +188,7 @@ def run(config: Config) -> dict[str, Any]:
                 "torch_us": round(us["torch"], 2) if "torch" in us else None,
                 "memcpy_us": round(us["memcpy"], 2) if "memcpy" in us else None,
                 "flops": case.flops, "bytes": case.bytes, "bytes_written": case.bytes_written,
+                **_peak_dtype(case, meta["kernels"][v]),
             })
         shown = "  ".join(f"{name} {t:.1f} us" for name, t in us.items())
         print(f"{case.op} {case.dtype} {'x'.join(map(str, case.shape))}: {shown}", file=sys.stderr, flush=True)

@@ -214,7 +214,7 @@ def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str
     out = []
     for r in records:
         flops, nbytes, written = r.get("flops"), r.get("bytes"), r.get("bytes_written")
-        peak = limits.peak(r["variant"], r["dtype"])
+        peak = limits.peak(r["variant"], r.get("peak_dtype") or r["dtype"])
         fields = bound(r["us"], flops=flops, nbytes=nbytes, written=written,
                        peak_ops=peak.ops_per_s if peak else None, ladder=limits.bandwidth)
         if flops and (peak is None or not peak.ops_per_s):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -128,7 +129,7 @@ def variant_infos(project: Project, report: dict[str, Any], variants: Sequence[s
 def measure_limits(project: Project, report: dict[str, Any], variants: Sequence[str], result: dict[str, Any],
                    *, quiet: bool) -> roofline.Limits:
     records = result["records"]
-    dtypes = list(dict.fromkeys(str(r["dtype"]) for r in records))
+    dtypes = list(dict.fromkeys(str(r.get("peak_dtype") or r["dtype"]) for r in records))
     threads = result.get("meta", {}).get("threads")
     if not isinstance(threads, int) or threads < 1:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -174,7 +175,8 @@ class BenchRun:
         records = self.result["records"]
         return {"meta": self.result.get("meta", {}), "limits": self.limits.to_json() if self.limits else None,
                 "records": records, "targets": self.result["targets"],
-                "model": roofline.model_verdicts(records) if self.limits else []}
+                "model": roofline.model_verdicts(records) if self.limits else [],
+                **({"runs": self.result["runs"]} if "runs" in self.result else {})}
 
 
 def run_bench(project: Project, options: BenchSettings, args: Sequence[str], *, quiet: bool) -> BenchRun:
@@ -183,11 +185,31 @@ def run_bench(project: Project, options: BenchSettings, args: Sequence[str], *, 
     report = package_report(project.config.package, python)
     runnable = runnable_in(report)
     variants = choose_variants(options.variants, runnable)
-    result = measure(project, variants, args, quiet=quiet, python=python)
+    results = [measure(project, variants, args, quiet=quiet, python=python) for _ in range(options.runs)]
+    result = dict(results[0], records=median_records([r["records"] for r in results]))
     limits = measure_limits(project, report, variants, result, quiet=quiet) if options.roofline else None
-    if limits is not None:
-        result["records"] = roofline.annotate(result["records"], limits)
-    result["targets"] = bench_targets.check_all(result.get("targets") or [], result["records"], variants,
-                                                report.get("host_features") or [],
-                                                baseline=runnable[0] if runnable else None)
+    annotated = [roofline.annotate(r["records"], limits) if limits else r["records"] for r in [result, *results]]
+    result["records"] = annotated[0]
+    if options.runs > 1:
+        result["runs"] = annotated[1:]
+    result["targets"] = bench_targets.check_runs(result.get("targets") or [], annotated[0], annotated[1:], variants,
+                                                 report.get("host_features") or [],
+                                                 baseline=runnable[0] if runnable else None)
     return BenchRun(result=result, variants=variants, limits=limits)
+
+
+def median_records(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The first run's records with every time the median over the runs (a
+    record missing from a run, or a null time, leaves that run out)."""
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["op"], r["dtype"], tuple(r["shape"]), r["variant"]
+
+    by_key = [{key(r): r for r in run} for run in runs]
+    out = []
+    for record in runs[0]:
+        merged = dict(record)
+        for field in ("us", "torch_us", "memcpy_us"):
+            values = [v for run in by_key if (v := run.get(key(record), {}).get(field)) is not None]
+            merged[field] = statistics.median(values) if values else None
+        out.append(merged)
+    return out

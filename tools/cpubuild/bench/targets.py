@@ -14,6 +14,7 @@ roofline bound); the variant is the best timed one unless `each_variant`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 VERSUS = ("torch", "baseline", "copy", "bound")
@@ -23,6 +24,25 @@ def _matches(record: dict[str, Any], target: dict[str, Any]) -> bool:
     shape = list(target.get("shape", []))
     return (record["op"] == target["op"] and list(record["shape"])[: len(shape)] == shape
             and target.get("dtype", record["dtype"]) == record["dtype"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """One target line: `label` names the case, the variant and what it is
+    measured against (the same across runs); `value` is None where the figure
+    is missing, `text` the whole line."""
+
+    label: str
+    value: float | None = None
+    unit: str = ""
+    limit: str = ""
+    ok: bool | None = None
+    text: str
+
+    def figure(self) -> str:
+        if self.value is None:
+            return "-"
+        return f"{self.value:.2f}x" if self.unit == "x" else f"{self.value:.1f}%"
 
 
 def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
@@ -37,9 +57,14 @@ def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: S
 def check_lines(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
                 host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
     """`check`'s lines: one, or one per timed variant with `each_variant`."""
+    return [v.text for v in evaluate(target, records, variants, host_features, baseline=baseline)]
+
+
+def evaluate(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
+             host_features: Iterable[str], *, baseline: str | None = None) -> list[Verdict]:
     versus = target.get("versus")
     if versus not in VERSUS:
-        return [f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})"]
+        return [Verdict(label=repr(target), text=f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})")]
     rows = [r for r in records if _matches(r, target)
             and ("variants" not in target or r["variant"] in target["variants"])]
     shape = "x".join(map(str, target.get("shape", []))) or "any shape"
@@ -47,44 +72,62 @@ def check_lines(target: dict[str, Any], records: Sequence[dict[str, Any]], varia
     lacking = [f for f in target.get("requires", []) if f not in set(host_features)]
     limit = f">= {target['min']}" if "min" in target else f"<= {target.get('max')}"
     if lacking:
-        return [f"{what} vs {versus} ({limit}): n/a, this host lacks {', '.join(lacking)}"]
+        text = f"{what} vs {versus} ({limit}): n/a, this host lacks {', '.join(lacking)}"
+        return [Verdict(label=text, text=text)]
     if not rows:
         return []
     if target.get("each_variant") and versus != "baseline":
-        return [_line(target, what, limit, r, rows, variants, baseline) for r in rows]
-    return [_line(target, what, limit, min(rows, key=lambda r: r["us"]), rows, variants, baseline)]
+        return [_verdict(target, what, limit, r, rows, variants, baseline) for r in rows]
+    return [_verdict(target, what, limit, min(rows, key=lambda r: r["us"]), rows, variants, baseline)]
 
 
-def _line(target: dict[str, Any], what: str, limit: str, best: dict[str, Any], rows: Sequence[dict[str, Any]],
-          variants: Sequence[str], baseline: str | None) -> str:
+def _verdict(target: dict[str, Any], what: str, limit: str, best: dict[str, Any], rows: Sequence[dict[str, Any]],
+             variants: Sequence[str], baseline: str | None) -> Verdict:
     versus = target["versus"]
     value: float | None
     if versus == "torch":
         value, unit, name = (best["torch_us"] / best["us"] if best.get("torch_us") else None), "x", "torch"
     elif versus == "baseline":
         if baseline is not None and variants[0] != baseline:
-            return f"{what} vs {versus} ({limit}x): n/a, {baseline} was not timed (--variants)"
+            text = f"{what} vs {versus} ({limit}x): n/a, {baseline} was not timed (--variants)"
+            return Verdict(label=text, text=text)
         base = next((r["us"] for r in rows if r["variant"] == variants[0]), None)
         value, unit, name = (base / best["us"] if base else None), "x", variants[0]
     elif versus == "copy":
         value, unit, name = (best["us"] / best["memcpy_us"] if best.get("memcpy_us") else None), "x", "copy"
     else:
         value, unit, name = best.get("pct_bound"), "%", f"its {best.get('bound') or 'roofline'} bound"
+    label = f"{what} {best['variant']} vs {name}"
     if value is None:
         note = best.get("peak_note") if versus == "bound" else None
-        return f"{what} {best['variant']} vs {name} ({limit}{unit}): not measured" + (f" ({note})" if note else "")
+        return Verdict(label=label, text=f"{label} ({limit}{unit}): not measured" + (f" ({note})" if note else ""))
     ok = value >= target["min"] if "min" in target else value <= target["max"]
-    figure = f"{value:.2f}x" if unit == "x" else f"{value:.1f}%"
-    return f"{what} {best['variant']} vs {name}: {figure} ({limit}{unit}: {'met' if ok else 'MISSED'})"
+    verdict = Verdict(label=label, value=value, unit=unit, limit=f"{limit}{unit}", ok=ok, text="")
+    return replace(verdict, text=f"{label}: {verdict.figure()} ({limit}{unit}: {'met' if ok else 'MISSED'})")
 
 
 def check_all(targets: Sequence[Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
               host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
+    return check_runs(targets, records, [], variants, host_features, baseline=baseline)
+
+
+def check_runs(targets: Sequence[Any], median: Sequence[dict[str, Any]], runs: Sequence[Sequence[dict[str, Any]]],
+               variants: Sequence[str], host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
+    """The target lines on the `median` records; with two or more `runs`, each
+    line also gives every run's figure (the spread the verdict was taken over)."""
     features = list(host_features)
     out: list[str] = []
     for t in targets:
-        if isinstance(t, dict):
-            out.extend(check_lines(t, records, variants, features, baseline=baseline))
-        else:
+        if not isinstance(t, dict):
             out.append(str(t))
+            continue
+        verdicts = evaluate(t, median, variants, features, baseline=baseline)
+        per_run = [{v.label: v for v in evaluate(t, run, variants, features, baseline=baseline)} for run in runs]
+        for v in verdicts:
+            if len(runs) < 2 or v.value is None:
+                out.append(v.text)
+                continue
+            figures = " / ".join(run[v.label].figure() if v.label in run else "-" for run in per_run)
+            out.append(f"{v.label}: median {v.figure()} ({v.limit}: {'met' if v.ok else 'MISSED'}; "
+                       f"runs {figures})")
     return out

@@ -150,6 +150,9 @@ class BenchSettings:
                                 "ladder.png).", nonempty=True, metavar="FILE")
     roofline: bool = setting(True, "Measure this host's limits (peaks, bandwidth) and each record's share of its "
                              "bound (default: on).")
+    runs: int = setting(1, "Run the benchmark this many times (one measurement of the limits): the table shows "
+                        "medians, each target its verdict on the median beside every run's figure.", minimum=1,
+                        metavar="N")
 
 
 @dataclass(frozen=True, kw_only=True)

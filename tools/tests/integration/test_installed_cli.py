@@ -98,9 +98,14 @@ def test_wheel_through_an_unactivated_venv_with_system_path(public_cpubuild: Pub
     report = json.loads(run([str(target), "-m", "cli_demo", "--json"], cwd=tmp_path, env=clean_env()).stdout)
     assert report["selected"] == "baseline"
 
-    # `cpubuild bench --python`: the package lives only in the target venv; report and benchmark run there
+    # `cpubuild bench --python`: the package lives only in the target venv; report and benchmark run there;
+    # --runs 2: the records are the medians of two runs, both kept
     proc = public_cpubuild.cli("bench", "--project", str(project), "--python", str(target), "--no-roofline", "--json",
-                               cwd=tmp_path, env=env, check=False, timeout=900)
+                               "--runs", "2", cwd=tmp_path, env=env, check=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = json.loads(proc.stdout[proc.stdout.find("{"):])["records"]
+    result = json.loads(proc.stdout[proc.stdout.find("{"):])
+    records, runs = result["records"], result["runs"]
     assert records and {r["variant"] for r in records} == {"baseline"}
+    assert len(runs) == 2 and [len(run) for run in runs] == [len(records)] * 2
+    for i, r in enumerate(records):
+        assert min(run[i]["us"] for run in runs) <= r["us"] <= max(run[i]["us"] for run in runs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cpubuild.bench import targets
+from cpubuild.bench.run import median_records
 
 VARIANTS = ["avx2", "avx512", "avx512bf16"]
 
@@ -48,3 +49,20 @@ def test_requires_and_untimed_cases() -> None:
         "target: gemm_bf16 256 vs bound (>= 85): n/a, this host lacks amx_tile", "a note"]
     assert targets.check_all([{"op": "x", "versus": "speed"}], RECORDS, VARIANTS, [])[0].endswith(
         "unknown versus (known: torch, baseline, copy, bound)")
+
+
+def test_three_runs_judge_the_median_and_print_every_figure() -> None:
+    runs = [[record("avx2", us, pct_bound=pct)] for us, pct in ((40.0, 70.0), (38.0, 90.0), (45.0, 86.0))]
+    median = median_records(runs)
+    assert median[0]["us"] == 40.0 and median[0]["torch_us"] is None
+    median[0]["pct_bound"] = 86.0  # what roofline.annotate makes of the median time
+    target = {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "each_variant": True}
+    assert targets.check_runs([target], median, runs, VARIANTS, []) == [
+        "target: gemm_bf16 256 avx2 vs its roofline bound: median 86.0% (>= 85%: met; runs 70.0% / 90.0% / 86.0%)"]
+    assert targets.check_runs([target], median, runs[:1], VARIANTS, []) == [
+        "target: gemm_bf16 256 avx2 vs its roofline bound: 86.0% (>= 85%: met)"]
+
+
+def test_the_median_leaves_out_runs_without_the_record() -> None:
+    runs = [[record("avx2", 10.0, torch_us=30.0)], [], [record("avx2", 14.0, torch_us=None)]]
+    assert median_records(runs)[0] == record("avx2", 12.0, torch_us=30.0, memcpy_us=None)
