@@ -122,12 +122,15 @@ def check_runs(targets: Sequence[Any], median: Sequence[dict[str, Any]], runs: S
             out.append(str(t))
             continue
         verdicts = evaluate(t, median, variants, features, baseline=baseline)
-        per_run = [{v.label: v for v in evaluate(t, run, variants, features, baseline=baseline)} for run in runs]
+        # each variant's line takes that variant's figures; the best variant's, each run's best
+        per_run = [{(v.label if t.get("each_variant") else ""): v
+                    for v in evaluate(t, run, variants, features, baseline=baseline)} for run in runs]
         for v in verdicts:
             if len(runs) < 2 or v.value is None:
                 out.append(v.text)
                 continue
-            figures = " / ".join(run[v.label].figure() if v.label in run else "-" for run in per_run)
+            key = v.label if t.get("each_variant") else ""
+            figures = " / ".join(run[key].figure() if key in run else "-" for run in per_run)
             out.append(f"{v.label}: median {v.figure()} ({v.limit}: {'met' if v.ok else 'MISSED'}; "
                        f"runs {figures})")
     return out

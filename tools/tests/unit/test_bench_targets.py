@@ -66,3 +66,11 @@ def test_three_runs_judge_the_median_and_print_every_figure() -> None:
 def test_the_median_leaves_out_runs_without_the_record() -> None:
     runs = [[record("avx2", 10.0, torch_us=30.0)], [], [record("avx2", 14.0, torch_us=None)]]
     assert median_records(runs)[0] == record("avx2", 12.0, torch_us=30.0, memcpy_us=None)
+
+
+def test_the_best_variant_may_differ_between_runs() -> None:
+    runs = [[record("avx2", 10.0, torch_us=20.0), record("avx512", 12.0, torch_us=20.0)],
+            [record("avx2", 13.0, torch_us=20.0), record("avx512", 11.0, torch_us=22.0)]]
+    target = {"op": "gemm_bf16", "shape": [256], "versus": "torch", "min": 1.1}
+    assert targets.check_runs([target], median_records(runs), runs, VARIANTS, []) == [
+        "target: gemm_bf16 256 avx2 vs torch: median 1.74x (>= 1.1x: met; runs 2.00x / 2.00x)"]
