@@ -261,7 +261,9 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                     const uint8_t* ahead = jr + 1 < npanels ? bp + panel_bytes
                                           : k0 + kk < Kp ? bblock + slice  // the next k block's first panel
                                                          : nullptr;
-                    const int64_t share = ahead ? round_up(ceil_div(slice, rpanels), 64) : 0;
+                    // one row panel (GEMV): K is not blocked, the next panel follows this one in memory
+                    // and the hardware prefetcher streams it; a burst here would stall the only call
+                    const int64_t share = ahead && rpanels > 1 ? round_up(ceil_div(slice, rpanels), 64) : 0;
                     if constexpr (PrepB<Kn>::value) {
                         Kn::prep_b(bp, kk, reinterpret_cast<typename Kn::BPrep*>(prep));
                         bp = prep;
