@@ -37,13 +37,19 @@ class Verdict:
     value: float | None = None
     unit: str = ""
     limit: str = ""
+    threshold: float | None = None  # the target's min or max
     ok: bool | None = None
     text: str
 
     def figure(self) -> str:
+        """The value as printed; one more digit where the usual ones would
+        round it onto the threshold (1.0957x against 1.1 is not "1.10x")."""
         if self.value is None:
             return "-"
-        return f"{self.value:.2f}x" if self.unit == "x" else f"{self.value:.1f}%"
+        digits = 2 if self.unit == "x" else 1
+        if self.threshold is not None and round(self.value, digits) == round(self.threshold, digits):
+            digits += 1
+        return f"{self.value:.{digits}f}{self.unit}"
 
 
 def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
@@ -103,7 +109,8 @@ def _verdict(target: dict[str, Any], what: str, limit: str, best: dict[str, Any]
         note = best.get("peak_note") if versus == "bound" else None
         return Verdict(label=label, text=f"{label} ({limit}{unit}): not measured" + (f" ({note})" if note else ""))
     ok = value >= target["min"] if "min" in target else value <= target["max"]
-    verdict = Verdict(label=label, value=value, unit=unit, limit=f"{limit}{unit}", ok=ok, text="")
+    verdict = Verdict(label=label, value=value, unit=unit, limit=f"{limit}{unit}",
+                      threshold=target.get("min", target.get("max")), ok=ok, text="")
     return replace(verdict, text=f"{label}: {verdict.figure()} ({limit}{unit}: {'met' if ok else 'MISSED'})")
 
 

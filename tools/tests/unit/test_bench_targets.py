@@ -74,3 +74,10 @@ def test_the_best_variant_may_differ_between_runs() -> None:
     target = {"op": "gemm_bf16", "shape": [256], "versus": "torch", "min": 1.1}
     assert targets.check_runs([target], median_records(runs), runs, VARIANTS, []) == [
         "target: gemm_bf16 256 avx2 vs torch: median 2.00x (>= 1.1x: met; runs 2.00x / 2.00x)"]  # side by side per run
+
+
+def test_a_figure_that_would_round_onto_the_threshold_gets_a_digit_more() -> None:
+    target = {"op": "gemm_bf16", "shape": [256], "versus": "torch", "min": 1.1}
+    near = [record("avx2", 10.0, torch_us=10.96)]
+    assert targets.check_all([target], near, VARIANTS, []) == [
+        "target: gemm_bf16 256 avx2 vs torch: 1.096x (>= 1.1x: MISSED)"]
