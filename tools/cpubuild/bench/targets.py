@@ -47,7 +47,8 @@ class Verdict:
         if self.value is None:
             return "-"
         digits = 2 if self.unit == "x" else 1
-        if self.threshold is not None and round(self.value, digits) == round(self.threshold, digits):
+        near = self.threshold is not None and self.value != self.threshold
+        if near and round(self.value, digits) == round(float(self.threshold or 0), digits):
             digits += 1
         return f"{self.value:.{digits}f}{self.unit}"
 
