@@ -188,11 +188,14 @@ def run_bench(project: Project, options: BenchSettings, args: Sequence[str], *, 
     results = [measure(project, variants, args, quiet=quiet, python=python) for _ in range(options.runs)]
     result = dict(results[0], records=median_records([r["records"] for r in results]))
     limits = measure_limits(project, report, variants, result, quiet=quiet) if options.roofline else None
-    annotated = [roofline.annotate(r["records"], limits) if limits else r["records"] for r in [result, *results]]
-    result["records"] = annotated[0]
-    if options.runs > 1:
-        result["runs"] = annotated[1:]
-    result["targets"] = bench_targets.check_runs(result.get("targets") or [], annotated[0], annotated[1:], variants,
+    def annotated(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return roofline.annotate(records, limits) if limits else records
+
+    result["records"] = annotated(result["records"])
+    runs = [annotated(r["records"]) for r in results] if options.runs > 1 else []
+    if runs:
+        result["runs"] = runs
+    result["targets"] = bench_targets.check_runs(result.get("targets") or [], result["records"], runs, variants,
                                                  report.get("host_features") or [],
                                                  baseline=runnable[0] if runnable else None)
     return BenchRun(result=result, variants=variants, limits=limits)

@@ -53,23 +53,16 @@ class Verdict:
         return f"{self.value:.{digits}f}{self.unit}"
 
 
-def check(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
-          host_features: Iterable[str], *, baseline: str | None = None) -> str | None:
-    """One line: the measured figure against the target, or why it does not
-    apply; None when the benchmark did not time the target's case.
-    `baseline`: the lowest variant this host runs (default: the lowest timed)."""
-    lines = check_lines(target, records, variants, host_features, baseline=baseline)
-    return "\n".join(lines) if lines else None
-
-
-def check_lines(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
-                host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
-    """`check`'s lines: one, or one per timed variant with `each_variant`."""
-    return [v.text for v in evaluate(target, records, variants, host_features, baseline=baseline)]
+def _meets(target: dict[str, Any], value: float) -> bool:
+    return bool(value >= target["min"] if "min" in target else value <= target["max"])
 
 
 def evaluate(target: dict[str, Any], records: Sequence[dict[str, Any]], variants: Sequence[str],
              host_features: Iterable[str], *, baseline: str | None = None) -> list[Verdict]:
+    """The target's verdicts: one (the best variant), one per timed variant
+    with `each_variant`, one saying why it does not apply, or none when the
+    benchmark did not time its case. `baseline`: the lowest variant this host
+    runs (default: the lowest timed)."""
     versus = target.get("versus")
     if versus not in VERSUS:
         return [Verdict(label=repr(target), text=f"target: {target!r}: unknown versus (known: {', '.join(VERSUS)})")]
@@ -109,7 +102,7 @@ def _verdict(target: dict[str, Any], what: str, limit: str, best: dict[str, Any]
     if value is None:
         note = best.get("peak_note") if versus == "bound" else None
         return Verdict(label=label, text=f"{label} ({limit}{unit}): not measured" + (f" ({note})" if note else ""))
-    ok = value >= target["min"] if "min" in target else value <= target["max"]
+    ok = _meets(target, value)
     verdict = Verdict(label=label, value=value, unit=unit, limit=f"{limit}{unit}",
                       threshold=target.get("min", target.get("max")), ok=ok, text="")
     return replace(verdict, text=f"{label}: {verdict.figure()} ({limit}{unit}: {'met' if ok else 'MISSED'})")
@@ -143,7 +136,7 @@ def check_runs(targets: Sequence[Any], median: Sequence[dict[str, Any]], runs: S
             # a ratio is taken side by side within a run: the verdict is on the median of the runs' figures
             values = [f.value for f in figures if f is not None and f.value is not None]
             middle = replace(v, value=statistics.median(values)) if values else v
-            ok = middle.value is not None and (middle.value >= t["min"] if "min" in t else middle.value <= t["max"])
+            ok = middle.value is not None and _meets(t, middle.value)
             shown = " / ".join(f.figure() if f is not None else "-" for f in figures)
             out.append(f"{v.label}: median {middle.figure()} ({v.limit}: {'met' if ok else 'MISSED'}; runs {shown})")
     return out
