@@ -1,10 +1,11 @@
 """An isolated `pip install .` of cpukern against a local PyPI-compatible index
 vs `cpubuild wheel` (issue 23's target: within 1.3x), median of 3 each.
 
-cpubuild's wheel is built from tools/ and uploaded with twine to a pypiserver
-on loopback; pip then builds cpukern in a fresh clone of HEAD with build
-isolation (scikit-build-core and cpubuild installed into its build
-environment from the indexes) into a fresh venv, its build directory removed
+cpubuild's two wheels (cpubuild-core from tools/, cpubuild from tools/cli/) are
+built and uploaded with twine to a pypiserver on loopback; pip then builds
+cpukern in a fresh clone of HEAD with build isolation (scikit-build-core and
+cpubuild-core, what cpukern's build-system.requires names, installed into its
+build environment from the indexes) into a fresh venv, its build directory removed
 before each run. `cpubuild wheel` builds the same commit, all variants, in a
 fresh build root each run. ccache is whatever the environment gives both
 (warm after the first run: the same for both).
@@ -54,7 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pip-") as tmp_name:
         tmp = Path(tmp_name)
-        sh(sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp / "dist"), str(REPO / "tools"))
+        for folder in (REPO / "tools", REPO / "tools" / "cli"):  # cpubuild-core and cpubuild, as released
+            sh(sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp / "dist"), str(folder))
         port = free_port()
         server = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
                                    "-a", ".", "-P", ".", str(tmp / "packages")], stdout=subprocess.DEVNULL,

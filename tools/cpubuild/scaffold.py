@@ -73,9 +73,10 @@ def parse_arches(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def cpubuild_requirement(version: str = __version__) -> str:
-    """`cpubuild>=X.Y,<X.(Y+1)`: the series of the cpubuild that wrote the project."""
+    """`cpubuild-core>=X.Y,<X.(Y+1)`: the series of the cpubuild that wrote the project.
+    cpubuild-core, not cpubuild: an isolated build needs only its files, not the CLI's dependencies."""
     major, minor = (int(part) for part in version.split(".")[:2])
-    return f"cpubuild>={major}.{minor},<{major}.{minor + 1}"
+    return f"cpubuild-core>={major}.{minor},<{major}.{minor + 1}"
 
 
 def variant_summary(matrix_text: str) -> str:

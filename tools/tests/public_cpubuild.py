@@ -75,7 +75,7 @@ def site_packages(python: Path) -> Path:
 @dataclass(frozen=True)
 class PublicCpubuild:
     venv: Path
-    wheel: Path  # the cpubuild wheel installed there (other venvs may install it too)
+    wheels: tuple[Path, Path]  # cpubuild-core's and cpubuild's wheels, installed there (other venvs may install them too)
 
     @property
     def python(self) -> Path:
@@ -150,10 +150,13 @@ def public_cpubuild(tmp_path_factory: pytest.TempPathFactory) -> PublicCpubuild:
     # a regular install, exactly what `pip install cpubuild` gives.
     source = root / "tools"
     shutil.copytree(REPO / "tools", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.pyc"))
-    run([*UV, "build", "-q", "--wheel", "--out-dir", str(wheels), str(source)], env=clean_env(), cwd=root, timeout=900)
-    (wheel,) = wheels.glob("cpubuild-*.whl")
-    python = fresh_venv(root / "venv", str(wheel))
-    public = PublicCpubuild(venv=root / "venv", wheel=wheel)
+    # Both distributions: cpubuild-core (tools/, every file) and cpubuild (tools/cli/, the command and its dependencies).
+    for folder in (source, source / "cli"):
+        run([*UV, "build", "-q", "--wheel", "--out-dir", str(wheels), str(folder)], env=clean_env(), cwd=root, timeout=900)
+    (core,) = wheels.glob("cpubuild_core-*.whl")
+    (cli,) = wheels.glob("cpubuild-*.whl")
+    python = fresh_venv(root / "venv", str(core), str(cli))
+    public = PublicCpubuild(venv=root / "venv", wheels=(core, cli))
     where = Path(run([str(python), "-c", "import cpubuild; print(cpubuild.__file__)"], env=public.env(), cwd=root).stdout.strip())
     assert where.is_relative_to(site_packages(python)), f"cpubuild imported from {where}, not the venv"
     leaked = run([str(python), "-c", "import importlib.util as u; print(u.find_spec('cpukern'), u.find_spec('numpy'))"],

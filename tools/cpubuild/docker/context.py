@@ -92,7 +92,7 @@ def host_ca_certificates(folder: Path = HOST_CA_DIR) -> list[Path]:
 
 
 def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificates: list[Path] | None,
-                    tool_wheel: Path | None, wheel_dir: PurePosixPath = WHEEL_DIR,
+                    tool_wheels: Sequence[Path], wheel_dir: PurePosixPath = WHEEL_DIR,
                     torch_wheels: Sequence[Path] = (), torch_dir: PurePosixPath = TORCH_DIR,
                     tool_requirements: str | None = None) -> dict[str, Path | bytes]:
     """The `.cpubuild/` entries of one build (archive path -> file or content). Files are
@@ -105,7 +105,7 @@ def generated_files(*, dockerfile: str | None, wheel: Path | None, ca_certificat
     files[str(GENERATED / "install.py")] = Path(unpack.__file__)
     if dockerfile is not None:
         files[str(GENERATED / "Dockerfile")] = dockerfile.encode("utf-8")
-    if tool_wheel is not None:
+    for tool_wheel in tool_wheels:  # cpubuild-core and cpubuild (selfwheel.py)
         files[str(TOOL_DIR / tool_wheel.name)] = tool_wheel
     if tool_requirements is not None:  # what a compiling build stage installs, hashed (docker/hashed.py)
         files[str(TOOL_DIR / "requirements.txt")] = tool_requirements.encode("utf-8")

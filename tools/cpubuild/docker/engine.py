@@ -63,7 +63,7 @@ def sdk() -> Any:
         return importlib.import_module("docker")
     except ImportError:
         raise DockerError(
-            "the docker SDK for Python is not installed", detail="fix: pip install docker   (or: pip install ./tools[docker])"
+            "the docker SDK for Python is not installed", detail="fix: pip install 'cpubuild[docker]'   (or: pip install docker)"
         ) from None
 
 

@@ -1,7 +1,8 @@
 """The build stage's Python packages as a hashed requirements set.
 
 `cpubuild image` resolves on the host what a compiling build stage installs:
-the wheel of the running cpubuild (by its sha256), cpubuild's dependencies and
+the wheels of the running cpubuild (cpubuild-core and cpubuild, by their sha256),
+cpubuild's dependencies and
 the project's other build requirements, pinned with every file's hash by
 `uv pip compile --generate-hashes --universal` for the base's python3. The
 build stage runs `pip install --require-hashes --no-deps -r` on it, so a file
@@ -30,7 +31,7 @@ from .requirements import requirements
 
 FILE_NAME = "requirements.txt"  # in the context's .cpubuild/tool/, copied to /cpubuild/ in the build stage
 STAGE_DIR = PurePosixPath("/cpubuild")  # where the build stage has the tool folder
-LEFT_OUT = frozenset({"cpubuild", "torch"})  # installed from the context, not from an index
+LEFT_OUT = frozenset({"cpubuild", "cpubuild-core", "torch"})  # installed from the context, not from an index
 CUDA = ("nvidia-", "triton")  # never in a CPU image (cpubuild refuses CUDA torch builds before this)
 
 
@@ -60,11 +61,11 @@ def torch_requirements(wheels: Sequence[Path]) -> list[str]:
     return out
 
 
-def resolver_input(project: Path, tool_wheel: Path, also: Sequence[str] = ()) -> list[str]:
+def resolver_input(project: Path, tool_wheels: Sequence[Path], also: Sequence[str] = ()) -> list[str]:
     """What the set is resolved from: cpubuild's dependencies, the project's build requirements
     and `also` (torch's)."""
-    wanted = tool_dependencies(tool_wheel)
-    for line in [*requirements(project), *also]:
+    wanted: list[str] = []
+    for line in [*(r for w in tool_wheels for r in tool_dependencies(w)), *requirements(project), *also]:
         try:
             name = Requirement(line).name.lower()
         except InvalidRequirement:
@@ -88,9 +89,9 @@ def _resolve(lines: list[str], python: str) -> str:
     return proc.stdout
 
 
-def hashed_requirements(project: Path, tool_wheel: Path, *, python: str, also: Sequence[str] = ()) -> str:
+def hashed_requirements(project: Path, tool_wheels: Sequence[Path], *, python: str, also: Sequence[str] = ()) -> str:
     """The requirements file the build stage installs with --require-hashes."""
-    lines = resolver_input(project, tool_wheel, also)
+    lines = resolver_input(project, tool_wheels, also)
     key = hashlib.sha256("\n".join([python, *lines]).encode()).hexdigest()[:16]
     cached = cache_dir() / "image-requirements" / f"{key}.txt"
     if cached.is_file():
@@ -101,6 +102,10 @@ def hashed_requirements(project: Path, tool_wheel: Path, *, python: str, also: S
         tmp = cached.with_name(f".{cached.name}.tmp")
         tmp.write_text(resolved, encoding="utf-8")
         tmp.replace(cached)
-    digest = hashlib.sha256(tool_wheel.read_bytes()).hexdigest()
-    own = f"cpubuild @ file://{STAGE_DIR / tool_wheel.name} --hash=sha256:{digest}\n"
+    own = "".join(f"{_dist_name(w)} @ file://{STAGE_DIR / w.name} --hash=sha256:{hashlib.sha256(w.read_bytes()).hexdigest()}\n"
+                  for w in tool_wheels)
     return own + resolved
+
+
+def _dist_name(wheel: Path) -> str:
+    return wheel.name.split("-", 1)[0].replace("_", "-")

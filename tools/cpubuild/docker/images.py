@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -338,11 +339,11 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
         # the torch named by the wheel's manifest; the build stage compiles against the one fetched
         torch = plan.wheel_torch(wheel) if wheel is not None else opts["torch"]
         torch_wheels = _torch_wheels(torch, spec, console) if torch else []
-        tool = None if wheel else self_wheel().wheel
+        tools = () if wheel else self_wheel().wheels
         generated = generated_files(
             dockerfile=dockerfile.with_base(image.dockerfile_text, pinned.image_id) if image.rendered else None, wheel=wheel,
-            ca_certificates=opts["ca_certificates"], tool_wheel=tool, torch_wheels=torch_wheels,
-            tool_requirements=None if tool is None else _hashed(image, tool, torch_wheels),
+            ca_certificates=opts["ca_certificates"], tool_wheels=tools, torch_wheels=torch_wheels,
+            tool_requirements=_hashed(image, tools, torch_wheels) if tools else None,
         )
         context = build_context(image.project.root, generated)
         args = spec.build_args(matrix)
@@ -386,13 +387,13 @@ def _build_one(engine: Any, image: ImageProject, spec: plan.ImageSpec, opts: dic
     )
 
 
-def _hashed(image: ImageProject, tool_wheel: Path, torch_wheels: list[Path]) -> str:
+def _hashed(image: ImageProject, tool_wheels: Sequence[Path], torch_wheels: list[Path]) -> str:
     """The build stage's requirements with hashes (docker/hashed.py), for the base's python3; with
     torch's own requirements for a torch project (its build checks them in the build venv)."""
     from .hashed import hashed_requirements, torch_requirements
     from .torchwheels import image_python
 
-    return hashed_requirements(image.project.root, tool_wheel, python=image_python(),
+    return hashed_requirements(image.project.root, tool_wheels, python=image_python(),
                                also=torch_requirements(torch_wheels))
 
 
@@ -460,10 +461,10 @@ def _write_bake(image: ImageProject, specs: list[plan.ImageSpec], path: Path, co
         raise DockerError("the generated bake file is invalid", detail="\n".join(problems))
     folder = image.project.root / GENERATED
     shutil.rmtree(folder, ignore_errors=True)
-    tool = self_wheel().wheel
+    tools = self_wheel().wheels
     torch_wheels = [w for name, w in torch_files.items() if Path(name).name.startswith("torch-")]
     files = generated_files(dockerfile=text if image.rendered else None, wheel=None,
-                            ca_certificates=[], tool_wheel=tool, tool_requirements=_hashed(image, tool, torch_wheels))
+                            ca_certificates=[], tool_wheels=tools, tool_requirements=_hashed(image, tools, torch_wheels))
     files[str(GENERATED / ".gitignore")] = b"*\n"
     for spec in specs:
         if spec.wheel is not None:  # each target reads its own folder of the shared context

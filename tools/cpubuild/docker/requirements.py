@@ -1,6 +1,6 @@
 """Print what building a project's wheel needs from PyPI besides cpubuild, one
-requirement a line: its build-system.requires without cpubuild itself (the
-image's build stage installs that from the wheel of the cpubuild that runs
+requirement a line: its build-system.requires without cpubuild(-core) itself (the
+image's build stage installs that from the wheels of the cpubuild that runs
 `cpubuild image`), so the Dockerfile never repeats a list. cpubuild's template
 installs the hashed set docker/hashed.py resolves from it; older copies of the
 template run this module in the build stage.
@@ -25,7 +25,7 @@ def requirements(root: Path) -> list[str]:
     out: list[str] = []
     for req in data.get("build-system", {}).get("requires", []):
         name = re.split(r"[<>=!~;\[ ]", str(req), maxsplit=1)[0].strip().lower()
-        if name != "cpubuild" and req not in out:
+        if name not in ("cpubuild", "cpubuild-core") and req not in out:
             out.append(str(req))
     return out
 

@@ -19,6 +19,7 @@ from ..matrix import Matrix
 from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project
 from ..runtime.select import lacking
+from ..scaffold import cpubuild_requirement
 from ..settings import FRONTENDS, TABLES, SettingsError, layer
 from ..toolchain.tools import ToolStatus, apt_fix, check, find_tool, tool_origin
 from ..wheelbuild import frontend, syslibs
@@ -109,11 +110,13 @@ def project_checks(project: Project) -> list[Check]:
         checks.append(item("matrix", exc.message, ""))
     system = project.pyproject.get("build-system", {})
     requires = [re.split(r"[<>=!~;\[ ]", str(r), maxsplit=1)[0].lower() for r in system.get("requires", [])]
-    missing = [name for name in ("scikit-build-core", "cpubuild") if name not in requires]
+    # cpubuild-core holds the files an isolated build needs; cpubuild (the CLI, which depends on it) works too, slower
+    missing = [" or ".join(names) for names in (("scikit-build-core",), ("cpubuild-core", "cpubuild"))
+               if not any(name in requires for name in names)]
     backend_ok = system.get("build-backend") == "scikit_build_core.build"
     checks.append(item("build-system", f"pyproject.toml build-system lacks {', '.join(missing) or 'build-backend = scikit_build_core.build'}"
-                       if missing or not backend_ok else None, "scikit-build-core + cpubuild",
-                       fix='requires = ["scikit-build-core>=1.1", "cpubuild>=0.2"], build-backend = "scikit_build_core.build"'))
+                       if missing or not backend_ok else None, "scikit-build-core + cpubuild-core",
+                       fix=f'requires = ["scikit-build-core>=1.1", "{cpubuild_requirement()}"], build-backend = "scikit_build_core.build"'))
     cmake = project.cmake_problems()
     checks.append(item("CMakeLists.txt", cmake[0] if cmake else None, "find_package(cpubuild) + cpubuild_add_variants()",
                        fix="find_package(cpubuild CONFIG REQUIRED) then cpubuild_add_variants(NAME SOURCES ...)"))

@@ -23,6 +23,7 @@ else:  # pragma: no cover
 PINS_FILE = Path(__file__).with_name("actions.toml")
 USES = re.compile(r"^(?P<lead>\s*(?:-\s+)?uses:\s+)(?P<action>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@(?P<ref>[A-Za-z0-9_.-]+)\s*$", re.M)
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
+ARCHIVES = (".whl", ".tar.gz", ".zip")  # a path to one distribution, not to a source directory
 
 
 class RequirementError(UsageError):
@@ -34,15 +35,20 @@ class UnpinnedActionError(UsageError):
 
 
 def install_spec(spec: str, extras: str = "", *, where: str = "[tool.cpubuild.ci] cpubuild") -> str:
-    """A pip argument for `spec` (a PEP 508 requirement or a local path) with
-    `extras` added, quoted for the shell; RequirementError (one line) otherwise."""
+    """pip arguments for `spec` (a PEP 508 requirement or a local path) with
+    `extras` added, quoted for the shell; RequirementError (one line) otherwise.
+    A path to a directory is cpubuild's source (tools/ of a checkout): its two
+    distributions, cpubuild-core there and cpubuild (which takes the extras) in cli/."""
     text = spec.strip()
     if "${{" in text or any(not c.isprintable() for c in text):
         raise RequirementError(f"{where} = {spec!r}: holds an expression or a control character")
     if text.startswith((".", "/")) or ("/" in text and "://" not in text and "@" not in text):
         if not SAFE_PATH.fullmatch(text) or text.startswith("-"):
             raise RequirementError(f"{where} = {spec!r}: a path may hold only letters, digits and . _ / + -")
-        return shlex.quote(f"{text}[{extras}]" if extras else text)
+        if text.endswith(ARCHIVES):
+            return shlex.quote(f"{text}[{extras}]" if extras else text)
+        cli = f"{text.rstrip('/')}/cli"
+        return f"{text} {shlex.quote(f'{cli}[{extras}]' if extras else cli)}"
     try:
         requirement = Requirement(text)
     except InvalidRequirement as exc:

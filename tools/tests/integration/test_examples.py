@@ -201,7 +201,7 @@ def test_cpubuild_bench_gives_dotlib_its_roofline(public_cpubuild: PublicCpubuil
     variant the oracle says this CPU runs is timed and gets a measured peak for fp32 and int8, its bound and the
     cache level(s) that bound assumes. Structure only: the percentages are timings (the benchmark judges them)."""
     example = EXAMPLES["dotlib"]
-    python = fresh_venv(tmp_path / "venv", str(public_cpubuild.wheel), build_wheel("dotlib", ARCH)["wheel"]["path"])
+    python = fresh_venv(tmp_path / "venv", *map(str, public_cpubuild.wheels), build_wheel("dotlib", ARCH)["wheel"]["path"])
     proc = run([str(python.parent / "cpubuild"), "bench", "--json"], cwd=example.dir, env=python_env(), check=False,
                timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

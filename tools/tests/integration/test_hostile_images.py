@@ -84,11 +84,15 @@ def test_the_build_stage_installs_a_hashed_set(project: Path, tmp_path: Path) ->
     out = cli("image", "--project", str(project), "--bake", str(tmp_path / "b.json"), env=DEAD)
     assert out.returncode == 0, out.stderr
     tool = project / ".cpubuild/tool"
-    (wheel,) = tool.glob("cpubuild-*.whl")
+    (core,) = tool.glob("cpubuild_core-*.whl")
+    (cli_wheel,) = tool.glob("cpubuild-*.whl")
     text = (tool / "requirements.txt").read_text()
-    assert text.startswith(f"cpubuild @ file:///cpubuild/{wheel.name} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n")
+    own = "".join(f"{name} @ file:///cpubuild/{w.name} --hash=sha256:{hashlib.sha256(w.read_bytes()).hexdigest()}\n"
+                  for name, w in (("cpubuild-core", core), ("cpubuild", cli_wheel)))
+    assert text.startswith(own)
     pinned = re.findall(r"^([A-Za-z0-9_.-]+)==\S+", text, re.M)
     assert {"click", "rich", "packaging", "scikit-build-core"} <= {p.lower() for p in pinned}
+    assert not {"cpubuild", "cpubuild-core"} & {p.lower() for p in pinned}  # only from the context, by hash
     # every requirement carries at least one hash; the Dockerfile installs with --require-hashes
     blocks = re.split(r"\n(?=\S)", text.strip())
     assert all("--hash=sha256:" in b for b in blocks), [b for b in blocks if "--hash" not in b]
@@ -127,7 +131,7 @@ def test_a_tampered_hash_stops_the_build_stage(daemon: None, project: Path, tmp_
     fail the build stage's pip step, named with its stage, never install the package."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("CPUBUILD_CACHE_DIR", str(cache))
-    hashed_requirements(project, self_wheel().wheel, python="3.11")
+    hashed_requirements(project, self_wheel().wheels, python="3.11")
     (resolved,) = (cache / "image-requirements").glob("*.txt")
     text = resolved.read_text()
     block = re.search(r"^click==\S+(?: \\\n\s+--hash=sha256:[0-9a-f]{64})+", text, re.M)

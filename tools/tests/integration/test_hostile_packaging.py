@@ -27,8 +27,8 @@ def test_wheel_and_sdist_carry_every_data_file(tmp_path: Path) -> None:
                           str(REPO / "tools")], capture_output=True, text=True, timeout=600, check=False)
     require(out.returncode == 0 or "No module named build" not in out.stderr, "python -m build is not installed")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    (wheel,) = tmp_path.glob("cpubuild-*.whl")
-    (sdist,) = tmp_path.glob("cpubuild-*.tar.gz")
+    (wheel,) = tmp_path.glob("cpubuild_core-*.whl")  # tools/ is cpubuild-core: every file (tools/cli/ has none)
+    (sdist,) = tmp_path.glob("cpubuild_core-*.tar.gz")
     with zipfile.ZipFile(wheel) as archive:
         in_wheel = set(archive.namelist())
     with tarfile.open(sdist) as archive:

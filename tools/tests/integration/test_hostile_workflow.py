@@ -28,7 +28,12 @@ QUOTED = {  # accepted: what the shell receives, word for word
     "marker": ('cpubuild==0.2.0; python_version >= "3.10"', 'cpubuild==0.2.0; python_version >= "3.10"'),
     "url": ("cpubuild @ https://example.invalid/c-0.2.0-py3-none-any.whl?x=$(id)",
             "cpubuild @ https://example.invalid/c-0.2.0-py3-none-any.whl?x=$(id)"),
-    "path": ("./tools", "./tools"),
+    "wheel-path": ("dist/cpubuild-0.2.0-py3-none-any.whl", "dist/cpubuild-0.2.0-py3-none-any.whl"),
+}
+SOURCE_DIRS = {  # a directory is cpubuild's source: cpubuild-core there, cpubuild (with the extras) in cli/
+    "relative": ("./tools", ["./tools", "./tools/cli"], ["./tools", "./tools/cli[s3]"]),
+    "trailing-slash": ("vendor/cpubuild/", ["vendor/cpubuild/", "vendor/cpubuild/cli"],
+                       ["vendor/cpubuild/", "vendor/cpubuild/cli[s3]"]),
 }
 
 
@@ -58,6 +63,13 @@ def test_an_accepted_requirement_reaches_pip_as_one_word(case: str) -> None:
     assert shlex.split(install_spec(spec)) == [words]
     with_extras = shlex.split(install_spec(spec, "s3"))
     assert len(with_extras) == 1 and "s3" in with_extras[0]
+
+
+@pytest.mark.parametrize("case", sorted(SOURCE_DIRS))
+def test_a_source_directory_installs_both_distributions(case: str) -> None:
+    spec, plain, extras = SOURCE_DIRS[case]
+    assert shlex.split(install_spec(spec)) == plain
+    assert shlex.split(install_spec(spec, "s3")) == extras
 
 
 def test_the_rendered_workflow_quotes_the_requirement(tmp_path: Path) -> None:

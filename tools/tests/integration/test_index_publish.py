@@ -286,7 +286,7 @@ def nobody_cpubuild(world_readable: Path) -> list[str]:
     require(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3 (this Python's home is root-only)")
     venv = world_readable / "venv"
     run(["uv", "venv", "-q", "-p", "/usr/bin/python3", str(venv)])
-    run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(REPO / "tools")])
+    run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), str(REPO / "tools"), str(REPO / "tools" / "cli")])
     run(["chmod", "-R", "a+rX", str(world_readable)])
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(venv / "bin" / "cpubuild")]
 

@@ -51,7 +51,7 @@ def assert_wheel_carries(wheel: Path, expression: str = "Apache-2.0") -> None:
 
 
 def test_repository_and_cpubuild_declare_apache_with_the_file() -> None:
-    for pyproject in (REPO / "pyproject.toml", REPO / "tools" / "pyproject.toml"):
+    for pyproject in (REPO / "pyproject.toml", REPO / "tools" / "pyproject.toml", REPO / "tools" / "cli" / "pyproject.toml"):
         project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
         assert project["license"] == "Apache-2.0", pyproject
         assert project["license-files"] == ["LICENSE"], pyproject
@@ -85,13 +85,16 @@ def test_init_refuses_a_non_spdx_licence(tmp_path: Path) -> None:
     assert not (tmp_path / "proj").exists()
 
 
-def test_cpubuild_wheel_and_sdist_carry_the_licence(public_cpubuild: PublicCpubuild, tmp_path: Path) -> None:  # noqa: F811
-    assert_wheel_carries(public_cpubuild.wheel)
+@pytest.mark.parametrize("folder", ["tools", "tools/cli"])  # cpubuild-core and cpubuild
+def test_cpubuild_wheel_and_sdist_carry_the_licence(public_cpubuild: PublicCpubuild, tmp_path: Path,  # noqa: F811
+                                                    folder: str) -> None:
+    for wheel in public_cpubuild.wheels:
+        assert_wheel_carries(wheel)
     source = tmp_path / "tools"
     shutil.copytree(REPO / "tools", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.pyc"))
-    run([*UV, "build", "-q", "--sdist", "--out-dir", str(tmp_path / "dist"), str(source)], env=clean_env(), cwd=tmp_path,
-        timeout=600)
-    (sdist,) = (tmp_path / "dist").glob("cpubuild-*.tar.gz")
+    run([*UV, "build", "-q", "--sdist", "--out-dir", str(tmp_path / "dist"), str(tmp_path / folder)], env=clean_env(),
+        cwd=tmp_path, timeout=600)
+    (sdist,) = (tmp_path / "dist").glob("cpubuild*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
         (pkg_info,) = [m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")]

@@ -89,7 +89,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         run_workflow(checkout, server, venv)
         dist = tuple(sorted((checkout / "dist").iterdir()))
         names = sorted(p.name for p in dist)
-        assert names == [f"cpubuild-{__version__}-py3-none-any.whl", f"cpubuild-{__version__}.tar.gz"]
+        assert names == sorted(f"{dist}-{__version__}{end}" for dist in ("cpubuild", "cpubuild_core")
+                               for end in ("-py3-none-any.whl", ".tar.gz"))
         assert sorted(p.name for p in server.root.iterdir()) == names  # uploaded, byte for byte below
         assert all((server.root / p.name).read_bytes() == p.read_bytes() for p in dist)
         yield Published(server=server, checkout=checkout, commit=commit, dist=dist)

@@ -83,8 +83,8 @@ def matrix() -> Matrix:
 def torch_cpubuild(public_cpubuild: PublicCpubuild, tmp_path_factory: pytest.TempPathFactory) -> PublicCpubuild:  # noqa: F811
     """`pip install cpubuild scikit-build-core torch`: what the example's README asks for."""
     root = tmp_path_factory.mktemp("torch-cpubuild")
-    fresh_venv(root / "venv", str(public_cpubuild.wheel), "scikit-build-core", *torch_requirement())
-    return PublicCpubuild(venv=root / "venv", wheel=public_cpubuild.wheel)
+    fresh_venv(root / "venv", *map(str, public_cpubuild.wheels), "scikit-build-core", *torch_requirement())
+    return PublicCpubuild(venv=root / "venv", wheels=public_cpubuild.wheels)
 
 
 @pytest.fixture(scope="module")

@@ -82,8 +82,8 @@ def wheel(public_cpubuild: PublicCpubuild, matrix: Matrix, vllm_tree: Path,  # n
           tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_tool("cmake")
     root = tmp_path_factory.mktemp("vllm-cpu")
-    fresh_venv(root / "venv", str(public_cpubuild.wheel), "scikit-build-core", *torch_requirement())
-    builder = PublicCpubuild(venv=root / "venv", wheel=public_cpubuild.wheel)
+    fresh_venv(root / "venv", *map(str, public_cpubuild.wheels), "scikit-build-core", *torch_requirement())
+    builder = PublicCpubuild(venv=root / "venv", wheels=public_cpubuild.wheels)
     refused = {REFUSED} if ARCH == "x86_64" and not set(matrix.variant(ARCH, REFUSED).requires) <= oracle_features() else set()
     variants = sorted({*kernel_variants(matrix), *refused})
     _, summary = builder.json("wheel", "--project", str(EXAMPLE), "--isa", ",".join(variants),

@@ -74,7 +74,7 @@ GENERATED = {".cpubuild/wheel/.keep", ".cpubuild/ca-certificates/.keep", ".cpubu
 def test_context_tar_holds_sources_and_this_builds_files_only(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     wheel = tmp_path_factory.mktemp("wheels") / "cpukern-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
     wheel.write_bytes(b"PK fake")
-    generated = generated_files(dockerfile="FROM scratch\n", wheel=wheel, ca_certificates=[], tool_wheel=None)
+    generated = generated_files(dockerfile="FROM scratch\n", wheel=wheel, ca_certificates=[], tool_wheels=())
     context = build_context(repo, generated)
     with context.file, tarfile.open(fileobj=context.file) as tar:
         members = {m.name: m for m in tar.getmembers()}
