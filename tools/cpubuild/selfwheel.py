@@ -8,10 +8,10 @@ by content under cpubuild's cache directory, and offered through find-links
 plus constraints pinning this version.
 
 Two wheels, as released (tools/ and tools/cli/): `cpubuild-core` holds every
-file and depends only on what a build runs (tomli, pyelftools); `cpubuild` holds
-only the command and the CLI's dependencies. An isolated build needs only the
-core (the CMake package, the version provider, the contract reader and libtorch's
-ELF facts),
+file and depends on nothing beyond tomli; `cpubuild` holds only the command and
+the CLI's dependencies. An isolated build needs only the core (the CMake
+package, the version provider, the contract reader and libtorch's ELF facts:
+standard library only),
 so the `cpubuild` wheel offered to it (`backend_only`) depends on the core alone:
 a project that still names `cpubuild` resolves without the CLI's dependencies,
 some of which (iced-x86) have no wheel for a cross build's target platform.
@@ -109,7 +109,7 @@ def _core_members() -> tuple[dict[str, bytes], str]:
         if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith((".pyc", ".pyo")):
             files[rel] = path.read_bytes()
     dist = _installed(CORE)
-    requires = (dist.requires or []) if dist is not None else ["tomli>=1.1; python_version < '3.11'", "pyelftools>=0.29"]
+    requires = (dist.requires or []) if dist is not None else ["tomli>=1.1; python_version < '3.11'"]
     return files, _dist_info(files, CORE, dist, requires)
 
 

