@@ -11,10 +11,10 @@ Two wheels, as released (tools/ and tools/cli/): `cpubuild-core` holds every
 file and depends on nothing beyond tomli; `cpubuild` holds only the command and
 the CLI's dependencies. An isolated build needs only the core (the CMake
 package, the version provider, the contract reader and libtorch's ELF facts:
-standard library only),
-so the `cpubuild` wheel offered to it (`backend_only`) depends on the core alone:
-a project that still names `cpubuild` resolves without the CLI's dependencies,
-some of which (iced-x86) have no wheel for a cross build's target platform.
+standard library only), so the `cpubuild` wheel offered to it (`backend_only`)
+depends on the core alone: a project that still names `cpubuild` resolves
+without the CLI's dependencies, some of which (iced-x86) have no wheel for a
+cross build's target platform.
 """
 
 from __future__ import annotations

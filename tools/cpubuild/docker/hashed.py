@@ -1,9 +1,9 @@
 """The build stage's Python packages as a hashed requirements set.
 
 `cpubuild image` resolves on the host what a compiling build stage installs:
-the wheels of the running cpubuild (cpubuild-core and cpubuild, by their sha256),
-cpubuild's dependencies and
-the project's other build requirements, pinned with every file's hash by
+the wheels of the running cpubuild (cpubuild-core and cpubuild, by their
+sha256), cpubuild's dependencies and the project's other build requirements,
+pinned with every file's hash by
 `uv pip compile --generate-hashes --universal` for the base's python3. The
 build stage runs `pip install --require-hashes --no-deps -r` on it, so a file
 whose bytes differ from its hash stops the build. The resolution is cached
