@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -30,7 +31,6 @@ class _Section:
     offset: int
     size: int
     link: int
-    entsize: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +68,8 @@ def _layout_and_sections(f: BinaryIO) -> tuple[_Layout, list[_Section]]:
     table = _read(f, shoff, shentsize * shnum)
     sections = []
     for i in range(shnum):
-        _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(entry, table, i * shentsize)
-        sections.append(_Section(kind=kind, offset=offset, size=size, link=link, entsize=entsize))
+        _, kind, _, _, offset, size, link, _, _, _ = struct.unpack_from(entry, table, i * shentsize)
+        sections.append(_Section(kind=kind, offset=offset, size=size, link=link))
     return layout, sections
 
 
@@ -84,33 +84,32 @@ def _name(strings: bytes, offset: int) -> str:
     return strings[offset:end if end >= 0 else len(strings)].decode("utf-8", "replace")
 
 
-def needed(path: Path) -> list[str]:
-    """The DT_NEEDED sonames, in order."""
+def _sections(path: Path, kind: int) -> Iterator[tuple[_Layout, bytes, bytes]]:
+    """(layout, string table, content) of each section of this type."""
     with path.open("rb") as f:
         layout, sections = _layout_and_sections(f)
-        out: list[str] = []
-        for section in (s for s in sections if s.kind == SHT_DYNAMIC):
-            strings = _strings(f, sections, section.link)
-            entry = f"{layout.order}{'q' if layout.wide else 'i'}{layout.word}"
-            data = _read(f, section.offset, section.size)
-            for tag, value in struct.iter_unpack(entry, data[:len(data) - len(data) % struct.calcsize(entry)]):
-                if tag == DT_NULL:
-                    break
-                if tag == DT_NEEDED:
-                    out.append(_name(strings, value))
-        return out
+        for section in (s for s in sections if s.kind == kind):
+            yield layout, _strings(f, sections, section.link), _read(f, section.offset, section.size)
+
+
+def needed(path: Path) -> list[str]:
+    """The DT_NEEDED sonames, in order."""
+    out: list[str] = []
+    for layout, strings, data in _sections(path, SHT_DYNAMIC):
+        entry = f"{layout.order}{'q' if layout.wide else 'i'}{layout.word}"
+        for tag, value in struct.iter_unpack(entry, data[:len(data) - len(data) % struct.calcsize(entry)]):
+            if tag == DT_NULL:
+                break
+            if tag == DT_NEEDED:
+                out.append(_name(strings, value))
+    return out
 
 
 def dynamic_symbols(path: Path) -> list[str]:
     """The names in the dynamic symbol table (.dynsym), defined and imported."""
-    with path.open("rb") as f:
-        layout, sections = _layout_and_sections(f)
-        out: list[str] = []
-        for section in (s for s in sections if s.kind == SHT_DYNSYM):
-            strings = _strings(f, sections, section.link)
-            size = section.entsize or (24 if layout.wide else 16)
-            data = _read(f, section.offset, section.size)
-            for offset in range(0, len(data) - size + 1, size):
-                (name,) = struct.unpack_from(f"{layout.order}I", data, offset)  # st_name leads in both classes
-                out.append(_name(strings, name))
-        return out
+    out: list[str] = []
+    for layout, strings, data in _sections(path, SHT_DYNSYM):
+        size = 24 if layout.wide else 16  # Elf64_Sym / Elf32_Sym; st_name leads in both
+        out += [_name(strings, name) for (name,) in
+                (struct.unpack_from(f"{layout.order}I", data, offset) for offset in range(0, len(data) - size + 1, size))]
+    return out
