@@ -26,12 +26,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from ..cache import cache_dir
 from ..errors import DockerError
+from ..selfwheel import CLI, CORE
 from ..wheelbuild.install import uv_command
 from .requirements import requirements
 
 FILE_NAME = "requirements.txt"  # in the context's .cpubuild/tool/, copied to /cpubuild/ in the build stage
 STAGE_DIR = PurePosixPath("/cpubuild")  # where the build stage has the tool folder
-LEFT_OUT = frozenset({"cpubuild", "cpubuild-core", "torch"})  # installed from the context, not from an index
+LEFT_OUT = frozenset({CLI, CORE, "torch"})  # installed from the context, not from an index
 CUDA = ("nvidia-", "triton")  # never in a CPU image (cpubuild refuses CUDA torch builds before this)
 
 

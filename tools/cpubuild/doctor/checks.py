@@ -20,6 +20,7 @@ from ..platforms import Host, select_platform
 from ..project import VERSION_PROVIDER, Project
 from ..runtime.select import lacking
 from ..scaffold import cpubuild_requirement
+from ..selfwheel import CLI, CORE
 from ..settings import FRONTENDS, TABLES, SettingsError, layer
 from ..toolchain.tools import ToolStatus, apt_fix, check, find_tool, tool_origin
 from ..wheelbuild import frontend, syslibs
@@ -111,7 +112,7 @@ def project_checks(project: Project) -> list[Check]:
     system = project.pyproject.get("build-system", {})
     requires = [re.split(r"[<>=!~;\[ ]", str(r), maxsplit=1)[0].lower() for r in system.get("requires", [])]
     # cpubuild-core holds the files an isolated build needs; cpubuild (the CLI, which depends on it) works too, slower
-    missing = [" or ".join(names) for names in (("scikit-build-core",), ("cpubuild-core", "cpubuild"))
+    missing = [" or ".join(names) for names in (("scikit-build-core",), (CORE, CLI))
                if not any(name in requires for name in names)]
     backend_ok = system.get("build-backend") == "scikit_build_core.build"
     checks.append(item("build-system", f"pyproject.toml build-system lacks {', '.join(missing) or 'build-backend = scikit_build_core.build'}"

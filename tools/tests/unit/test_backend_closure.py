@@ -4,10 +4,13 @@ import with the standard library only, and run with it: cpubuild-core, the
 distribution isolated builds install, depends on nothing beyond tomli (issue 23)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from testsupport import require
 
 TOOLS = Path(__file__).resolve().parents[2]
 
@@ -62,13 +65,9 @@ def test_build_closure_imports_standard_library_only() -> None:
 def test_what_the_cmake_package_asks_torchdist_runs_with_the_standard_library() -> None:
     """`python -m cpubuild.torchdist abi|version|openmp TORCH_DIR` (cpubuildConfig.cmake), with every
     third-party import refused while it runs: libtorch's ELF facts come from elfdynamic.py."""
-    import importlib.util
-
     spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        import pytest
-
-        pytest.skip("torch is not installed: nothing to read (tools/tests/integration/test_elfdynamic.py has ELF files)")
+    require(spec is not None and spec.origin is not None, "torch is not installed (run scripts/setup.sh)")
+    assert spec is not None and spec.origin is not None
     torch_dir = str(Path(spec.origin).parent)
     for query in ("abi", "version", "openmp"):
         script = _GUARD + "sys.argv = ['torchdist', *sys.argv[1:]]\nrunpy.run_module('cpubuild.torchdist', run_name='__main__')\n"
