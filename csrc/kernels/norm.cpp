@@ -24,10 +24,26 @@ inline int64_t row_grain(int64_t hidden) {
 // widening and narrowing of the variant), then single vectors, then a
 // zero-padded tail. Every array a row meets is walked with the same split.
 template <class T>
+float sum_squares_exact(const T* x, int64_t hidden);
+
+template <class T>
 float sum_squares(const T* x, int64_t hidden) {
 #if defined(CPUKERN_HAVE_BF16_DOT)
-    if constexpr (std::is_same_v<T, bf16_t>) return sum_squares_bf16(x, hidden);
+    if constexpr (std::is_same_v<T, bf16_t>) {
+        // The bf16 dot instructions flush denormal squares (|x| < 2^-63) to
+        // zero. A sum that small may be made of them (a row of tiny values,
+        // eps = 0): take it again exactly. Above 2^-60, what flushed squares
+        // (each < 2^-126) could have added is below 2^-40 of the sum for any
+        // row of fewer than 2^26 elements.
+        float s = sum_squares_bf16(x, hidden);
+        return s >= 0x1p-60f ? s : sum_squares_exact(x, hidden);
+    }
 #endif
+    return sum_squares_exact(x, hidden);
+}
+
+template <class T>
+float sum_squares_exact(const T* x, int64_t hidden) {
     // four independent accumulators hide the FMA latency
     VF acc0 = splat(0.f), acc1 = splat(0.f), acc2 = splat(0.f), acc3 = splat(0.f);
     int64_t i = 0;

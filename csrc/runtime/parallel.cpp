@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -29,6 +30,29 @@ struct Job {
     int64_t chunks = 0;  // > 0: a dynamic job (chunks taken one at a time)
 };
 
+// How long an idle worker polls for the next job before it blocks
+// (CPUKERN_SPIN_US, default 200; 0: block at once). Kernels are called back
+// to back (a model's layers, a benchmark loop); a blocked worker's wake-up
+// costs tens of microseconds, more in a VM whose idle vCPU halted - longer
+// than many whole kernels. OpenMP runtimes spin the same way (GOMP_SPINCOUNT,
+// KMP_BLOCKTIME); the poll yields, so other runnable threads still get the CPU.
+int64_t spin_ns() {
+    if (const char* env = std::getenv("CPUKERN_SPIN_US")) {
+        char* end = nullptr;
+        long long v = std::strtoll(env, &end, 10);
+        if (end != env && *end == '\0' && v >= 0 && v <= 1000000) return static_cast<int64_t>(v) * 1000;
+    }
+    return 200 * 1000;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
 int default_threads() {
     if (const char* env = std::getenv("CPUKERN_NUM_THREADS")) {
         int v = std::atoi(env);
@@ -50,7 +74,8 @@ class Pool {
   public:
     // Bound (pinned) pools run every part on a worker; otherwise the caller
     // runs part 0 itself.
-    explicit Pool(int threads) : size_(threads < 1 ? 1 : threads), pid_(getpid()), bound_(affinity::bound()) {
+    explicit Pool(int threads)
+        : size_(threads < 1 ? 1 : threads), pid_(getpid()), bound_(affinity::bound()), spin_ns_(spin_ns()) {
         const int first = bound_ ? 0 : 1;
         affinity::pool_reset(size_);
         for (int i = first; i < size_; ++i) workers_.emplace_back([this, i] {
@@ -62,6 +87,7 @@ class Pool {
         {
             std::lock_guard<std::mutex> lk(mu_);
             stop_ = true;
+            published_.fetch_add(1, std::memory_order_release);
         }
         cv_.notify_all();
         for (auto& t : workers_) t.join();
@@ -77,7 +103,7 @@ class Pool {
             job_ = job;
             parts_ = parts;
             pending_.store(bound_ ? parts : parts - 1, std::memory_order_relaxed);
-            ++generation_;
+            published_.store(++generation_, std::memory_order_release);
         }
         cv_.notify_all();
         if (!bound_) run_part(job, 0);
@@ -104,6 +130,7 @@ class Pool {
             job_ = job;
             parts_ = size_;
             gen = ++generation_;
+            published_.store(gen, std::memory_order_release);
             done_.store(0, std::memory_order_relaxed);
             claim_.store(tag(gen), std::memory_order_release);
         }
@@ -148,10 +175,25 @@ class Pool {
         if (begin < end) job.fn(job.ctx, begin, end);
     }
 
+    // Polls until a job newer than `seen` is published or spin_ns_ passes.
+    void spin_for_job(uint64_t seen) const {
+        if (spin_ns_ <= 0) return;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
+        for (unsigned i = 1;; ++i) {
+            if (published_.load(std::memory_order_acquire) != seen) return;
+            cpu_relax();
+            if (i % 256 == 0) {
+                if (std::chrono::steady_clock::now() >= deadline) return;
+                std::this_thread::yield();
+            }
+        }
+    }
+
     void loop(int index) {
         uint64_t seen = 0;
         for (;;) {
             Job job;
+            spin_for_job(seen);
             {
                 std::unique_lock<std::mutex> lk(mu_);
                 cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
@@ -175,6 +217,7 @@ class Pool {
     int size_;
     pid_t pid_;
     bool bound_;
+    int64_t spin_ns_;
     std::vector<std::thread> workers_;
     std::mutex mu_;
     std::condition_variable cv_, done_cv_;
@@ -182,6 +225,7 @@ class Pool {
     int parts_ = 0;
     uint64_t generation_ = 0;
     bool stop_ = false;
+    std::atomic<uint64_t> published_{0};  // generation_, readable without mu_
     std::atomic<int> pending_{0};
     std::atomic<uint64_t> claim_{0};
     std::atomic<int64_t> done_{0};
