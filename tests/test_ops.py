@@ -132,14 +132,15 @@ def test_rms_norm_of_tiny_rows_with_eps_zero(variant: str) -> None:
     exactly, so the row normalises to values of order 1."""
     rng = np.random.default_rng(30)
     for hidden in (64, 4096, 4097):
-        x = (rng.uniform(1.0, 4.0, (3, hidden)) * rng.choice([-1.0, 1.0], (3, hidden)) * 2.0**-68).astype(ml_dtypes.bfloat16)
+        magnitude = rng.uniform(1.0, 4.0, (3, hidden)) * 2.0**-68
+        x = (magnitude * rng.choice([-1.0, 1.0], (3, hidden))).astype(ml_dtypes.bfloat16)
         w = rand((hidden,), "bfloat16", 31)
         got = run_on(variant, lambda x=x, w=w: cpukern.rms_norm(x, w, 0.0))
         assert np.isfinite(f64(got)).all(), f"{variant}: non-finite output for tiny rows, hidden {hidden}"
         # the float32 denormal squares themselves carry ~2^-9 relative error
         assert_close(got, np_rms_norm(x, w, 0.0), "bfloat16", what=f"{variant} hidden {hidden}", ulps=2)
-        assert_close(got, run_on("reference", lambda x=x, w=w: cpukern.rms_norm(x, w, 0.0)), "bfloat16",
-                     what=f"{variant} vs reference, hidden {hidden}", ulps=2)
+        ref = run_on("reference", lambda x=x, w=w: cpukern.rms_norm(x, w, 0.0))
+        assert_close(got, ref, "bfloat16", what=f"{variant} vs reference, hidden {hidden}", ulps=2)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
