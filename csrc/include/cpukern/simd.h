@@ -383,8 +383,18 @@ inline void store_partial(T* p, VF v, int n) {
 // results as zero, which the caller's tiny-sum check makes harmless.
 #define CPUKERN_HAVE_BF16_DOT 1
 inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    // four chains: vdpbf16ps' latency (6 cycles on Zen 4) would bound fewer
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
+           acc3 = _mm512_setzero_ps();
     int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + 32);
+        __m512i c = _mm512_loadu_si512(x + i + 64), d = _mm512_loadu_si512(x + i + 96);
+        acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)a, (__m512bh)a);
+        acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)b, (__m512bh)b);
+        acc2 = _mm512_dpbf16_ps(acc2, (__m512bh)c, (__m512bh)c);
+        acc3 = _mm512_dpbf16_ps(acc3, (__m512bh)d, (__m512bh)d);
+    }
     for (; i + 64 <= n; i += 64) {
         __m512i a = _mm512_loadu_si512(x + i), b = _mm512_loadu_si512(x + i + 32);
         acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)a, (__m512bh)a);
@@ -398,7 +408,7 @@ inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
             acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)a, (__m512bh)a);
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
 #endif
 
