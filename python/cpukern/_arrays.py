@@ -17,8 +17,6 @@ NUMPY = "numpy"
 TORCH = "torch"
 
 _torch_dtype_names: dict[Any, str] = {}
-_numpy_dtype_names: dict[Any, str] = {}
-_buffer_export: dict[Any, bool] = {}
 _torch_strided: list[Any] = []
 
 
@@ -83,43 +81,62 @@ def wrap(obj: Any, name: str, kind: str | None = None) -> Array:
     return _wrap_torch(obj, name) if got == TORCH else _wrap_numpy(obj, name)
 
 
+class _NumpyDtype:
+    """What wrapping needs to know of one numpy dtype, looked up once."""
+
+    __slots__ = ("as_bytes", "itemsize", "name", "native")
+
+    def __init__(self, dt: Any) -> None:
+        import numpy as np
+
+        self.name = str(dt.name)  # dtype.name is a slow Python property
+        self.itemsize = int(dt.itemsize)
+        self.native = bool(dt.isnative)
+        # A buffer export is several times cheaper than a.ctypes.data. ml_dtypes'
+        # bfloat16 has no buffer format: export a view as the unsigned integer
+        # of its size (same bytes, same shape) instead.
+        self.as_bytes: Any = None
+        if self.itemsize in (1, 2, 4, 8):
+            try:
+                memoryview(np.empty(1, dt))
+            except (ValueError, TypeError, BufferError):
+                self.as_bytes = np.dtype(f"u{self.itemsize}")
+
+
+_numpy_dtypes: dict[Any, _NumpyDtype] = {}
+
+
 def _wrap_numpy(a: Any, name: str) -> Array:
     dt = a.dtype
-    dtype = _numpy_dtype_names.get(dt) or _numpy_dtype_name(dt)
+    info = _numpy_dtypes.get(dt)
+    if info is None:
+        info = _numpy_dtypes[dt] = _NumpyDtype(dt)
+    dtype = info.name
     flags = a.flags
-    if not dt.isnative:
+    if not info.native:
         raise TypeError(f"{name}: byte order {dt.str!r} is not the machine's; use .astype(dt.newbyteorder('='))")
     if not flags.aligned:
         raise ValueError(f"{name}: data is not aligned to its {dtype} elements")
-    itemsize = dt.itemsize
+    itemsize = info.itemsize
     byte_strides = a.strides
-    strides = tuple(s // itemsize for s in byte_strides)
+    strides = tuple([s // itemsize for s in byte_strides])
     for s in byte_strides:
         if s % itemsize:
             raise ValueError(f"{name}: stride of {s} bytes is not a multiple of the {itemsize}-byte element")
     writable = flags.writeable
     ptr = None
-    if writable and flags.c_contiguous and a.size and _buffer_export.get(dt, True):
-        # a buffer export is several times cheaper than a.ctypes.data (but
-        # ml_dtypes' bfloat16 has no buffer format: remember which dtypes fail)
+    if writable and flags.c_contiguous and a.size:
         try:
-            ptr = ctypes.addressof(ctypes.c_char.from_buffer(a))
+            view = a if info.as_bytes is None else a.view(info.as_bytes)
+            ptr = ctypes.addressof(ctypes.c_char.from_buffer(view))
         except (ValueError, TypeError, BufferError):
-            _buffer_export[dt] = False
+            ptr = None
     if ptr is None:
         ptr = a.ctypes.data
     return Array(
         obj=a, name=name, kind=NUMPY, ptr=ptr, shape=a.shape, strides=strides, dtype=dtype, itemsize=itemsize,
         writable=bool(writable),
     )
-
-
-def _numpy_dtype_name(dt: Any) -> str:
-    # dtype.name is a slow Python property: remember it per dtype
-    name = _numpy_dtype_names.get(dt)
-    if name is None:
-        name = _numpy_dtype_names[dt] = str(dt.name)
-    return name
 
 
 def _wrap_torch(t: Any, name: str) -> Array:
