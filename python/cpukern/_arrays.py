@@ -97,8 +97,9 @@ class _NumpyDtype:
         # of its size (same bytes, same shape) instead.
         self.as_bytes: Any = None
         if self.itemsize in (1, 2, 4, 8):
+            probe: Any = np.empty(1, dt)
             try:
-                memoryview(np.empty(1, dt))
+                memoryview(probe)
             except (ValueError, TypeError, BufferError):
                 self.as_bytes = np.dtype(f"u{self.itemsize}")
 
