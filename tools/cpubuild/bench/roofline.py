@@ -7,7 +7,8 @@ loops are cpubuild's probe source, peak.c, compiled with each variant's flags
 from the project's matrix and run only where the project's own dispatcher says
 the host runs the variant), and the read and copy bandwidth over a ladder of
 working sets, one per cache level (sysfs: the capacity the benchmark's threads
-share of each level) and one in DRAM. The ladder is the best over the probes
+share of each level) and one in DRAM, plus one at each record's own working
+set. The ladder is the best over the probes
 of every variant the host runs, one per vector width (each probe reads with
 its ISA's widest vector), whatever `--variants` times: it measures the
 machine, not the probe.
@@ -17,11 +18,14 @@ counts 2) and its memory traffic (`bytes`, of which `bytes_written`) gets
 the classic roofline bound, the larger of flops / peak and the time to move
 its bytes (read-only bytes at the read bandwidth, written bytes with as many
 read ones at the copy bandwidth), and the percentage of it that the kernel
-reached. A working set is split over the levels optimistically: the first
-level's capacity at its bandwidth, the next level's capacity at the next one's
-and so on, the rest from DRAM; so a set between two levels is bounded by both,
-and no kernel can honestly beat its bound (one above 105% is reported as a
-broken model, by the benchmark, never by a test).
+reached. The bandwidth is the one the probe measured at the record's own
+working set: a set that a level could hold on paper may not stay there (a
+32 MiB set streamed through a 32 MiB victim L3 mostly comes from DRAM, and a
+VM's neighbours share that L3). Without that measurement a working set is
+split over the levels optimistically: the first level's capacity at its
+bandwidth, the next level's capacity at the next one's and so on, the rest
+from DRAM. No kernel can honestly beat its bound (one above 105% is reported
+as a broken model, by the benchmark, never by a test).
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class Bandwidth:
     copy_Bps: float  # bytes read + written per second
     level: str = ""  # the cache level (or DRAM) the working set lives in
     capacity: int = 0  # that level's capacity for these threads (0: DRAM, unbounded)
+    exact: bool = False  # measured at a record's own working set, not a rung of the ladder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,11 +138,15 @@ def memory_seconds(total: float, written: float, bw: Bandwidth) -> float:
 
 
 def level_shares(ladder: Sequence[Bandwidth], working_set: float) -> list[tuple[Bandwidth, float]]:
-    """How many of `working_set`'s bytes each ladder point serves at best: every
-    level its capacity (cumulative: a victim cache adds to the one above), in
+    """How many of `working_set`'s bytes each ladder point serves: all of them
+    by a measurement at exactly that working set, where there is one; else at
+    best every level its capacity (cumulative: a victim cache adds to the one above), in
     order, the rest from the largest point (DRAM). A ladder without capacities
     (measured elsewhere) serves everything from the first point not below."""
-    ordered = sorted(ladder, key=lambda b: b.bytes)
+    exact = next((b for b in ladder if b.exact and b.bytes == int(working_set)), None)
+    if exact is not None:
+        return [(exact, float(working_set))]
+    ordered = sorted((b for b in ladder if not b.exact), key=lambda b: b.bytes)
     if not ordered:
         return []
     if not any(b.capacity for b in ordered):
@@ -159,8 +168,12 @@ def level_shares(ladder: Sequence[Bandwidth], working_set: float) -> list[tuple[
 def level_label(shares: Sequence[tuple[Bandwidth, float]]) -> str:
     """The levels that serve at least 5% of the bytes, fastest first ('L2+L3')."""
     total = sum(n for _, n in shares) or 1.0
-    names = [b.level or _size(b.bytes) for b, n in shares if n / total >= 0.05]
+    names = [_label(b) for b, n in shares if n / total >= 0.05]
     return "+".join(names) if names else (shares[-1][0].level if shares else "")
+
+
+def _label(b: Bandwidth) -> str:
+    return f"{_size(b.bytes)} measured" if b.exact else b.level or _size(b.bytes)
 
 
 def bound(us: float, *, flops: float | None, nbytes: float | None, written: float | None,
@@ -252,17 +265,24 @@ def describe(limits: Limits, dtypes: Iterable[str]) -> list[str]:
             figure = format_rate(p.ops_per_s, op_unit(dtype)) if p.ops_per_s else p.note
             cells.append(f"{p.variant} {figure}" + (f" ({p.instruction})" if p.instruction and p.ops_per_s else ""))
         lines.append(f"  {dtype} peak: " + "; ".join(cells))
+    def figures(points: Iterable[Bandwidth]) -> str:
+        return ", ".join(f"{b.level + ' ' if b.level else ''}{_size(b.bytes)} {b.read_Bps / 1e9:.0f}/{b.copy_Bps / 1e9:.0f}"
+                         for b in points)
+
     if limits.bandwidth:
-        ladder = ", ".join(f"{b.level + ' ' if b.level else ''}{_size(b.bytes)} {b.read_Bps / 1e9:.0f}/{b.copy_Bps / 1e9:.0f}"
-                           for b in limits.bandwidth)
         source = f"; best of the {', '.join(limits.ladder_from)} probes" if limits.ladder_from else ""
-        lines.append(f"  bandwidth GB/s read/copy by working set (LLC {_size(limits.llc_bytes)}{source}): {ladder}")
+        lines.append(f"  bandwidth GB/s read/copy by working set (LLC {_size(limits.llc_bytes)}{source}): "
+                     + figures(b for b in limits.bandwidth if not b.exact))
+        if any(b.exact for b in limits.bandwidth):
+            lines.append("  at the records' own working sets: " + figures(b for b in limits.bandwidth if b.exact))
     lines += [f"  {n}" for n in limits.notes]
     return lines
 
 
 def _size(n: int) -> str:
-    return f"{n // MIB} MiB" if n >= MIB else f"{n // KIB} KiB"
+    if n >= MIB:
+        return f"{n // MIB} MiB" if n % MIB == 0 or n >= 100 * MIB else f"{n / MIB:.1f} MiB"
+    return f"{n // KIB} KiB"
 
 
 # ------------------------------------------------------------------ measuring
@@ -330,7 +350,7 @@ def best_ladder(runs: Sequence[Sequence[Bandwidth]]) -> tuple[Bandwidth, ...]:
     out = []
     for points in zip(*runs, strict=True):
         first = points[0]
-        out.append(Bandwidth(bytes=first.bytes, level=first.level, capacity=first.capacity,
+        out.append(Bandwidth(bytes=first.bytes, level=first.level, capacity=first.capacity, exact=first.exact,
                              read_Bps=max(p.read_Bps for p in points), copy_Bps=max(p.copy_Bps for p in points)))
     return tuple(out)
 
@@ -387,10 +407,11 @@ def _measure_peaks(probes: dict[str, Path], threads: int, ms: float) -> dict[str
 
 def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str], threads: int,
             cc: str | None = None, ms: float = 50.0, bandwidth_ms: float = 30.0,
-            progress: Callable[[str], None] | None = None) -> Limits:
+            working_sets: Iterable[int] = (), progress: Callable[[str], None] | None = None) -> Limits:
     """Compiles the probe per runnable variant, measures each timed variant's
     peak per dtype (each probe loop once) and the bandwidth ladder (the best
-    over every runnable variant's build, one per vector width)."""
+    over every runnable variant's build, one per vector width), with a point
+    at each of `working_sets` (the records' own)."""
     say = progress or (lambda _msg: None)
     cc = cc or os.environ.get("CC") or "cc"
     family = compiler_family(cc)
@@ -453,7 +474,7 @@ def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str]
                                         note=value if isinstance(value, str) else None))
         caches = cache_levels(_affinity(threads))
         llc = last_level_cache(caches)
-        ladder, ladder_from = _measure_ladder(binaries, caches, threads, bandwidth_ms, say, notes)
+        ladder, ladder_from = _measure_ladder(binaries, caches, threads, bandwidth_ms, say, notes, working_sets)
     return Limits(arch=arch, threads=threads, compiler=f"{cc} ({family})", llc_bytes=llc, peaks=tuple(peaks),
                   bandwidth=tuple(ladder), notes=tuple(notes), caches=caches, ladder_from=ladder_from)
 
@@ -466,25 +487,38 @@ def _vector_bytes(exe: Path) -> int:
         return 0
 
 
+def exact_sets(working_sets: Iterable[int], threads: int, ladder: Sequence[int]) -> list[int]:
+    """The records' working sets worth a probe point of their own: distinct,
+    not a ladder rung, large enough for the probe (4 KiB a thread), at most 1 GiB."""
+    return sorted({int(n) for n in working_sets if 4 * KIB * threads <= int(n) <= 1024 * MIB} - set(ladder))
+
+
 def _measure_ladder(binaries: dict[str, Path], caches: Sequence[CacheLevel], threads: int, ms: float,
-                    say: Callable[[str], None], notes: list[str]) -> tuple[tuple[Bandwidth, ...], tuple[str, ...]]:
-    """The best ladder over one probe per vector width among the runnable variants' builds."""
+                    say: Callable[[str], None], notes: list[str],
+                    working_sets: Iterable[int] = ()) -> tuple[tuple[Bandwidth, ...], tuple[str, ...]]:
+    """The best ladder over one probe per vector width among the runnable
+    variants' builds, then the points at the records' own working sets."""
     by_width: dict[int, str] = {}
     for name, exe in binaries.items():  # lowest priority first: the first build of each width stands for it
         by_width.setdefault(_vector_bytes(exe), name)
     if not by_width:
         return (), ()
     points = ladder_points(caches)
+    extra = exact_sets(working_sets, threads, [size for _, size, _ in points])
     levels = ", ".join(f"{level} {_size(size)}" for level, size, _ in points)
-    say(f"# bandwidth: {levels} ({threads} threads; probes of {', '.join(by_width.values())})")
+    also = f"; and at {len(extra)} working sets of the records" if extra else ""
+    say(f"# bandwidth: {levels} ({threads} threads; probes of {', '.join(by_width.values())}{also})")
     runs = []
     for name in by_width.values():
         try:
             rows = _run_json([str(binaries[name]), "bandwidth", str(threads), str(ms),
-                              *(str(size) for _, size, _ in points)], timeout=600)
+                              *(str(size) for _, size, _ in points), *(str(size) for size in extra)], timeout=600)
             runs.append([Bandwidth(bytes=int(r["bytes"]), read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]),
                                    level=level, capacity=capacity)
-                         for r, (level, _, capacity) in zip(rows, points, strict=True)])
+                         for r, (level, _, capacity) in zip(rows, points, strict=False)]
+                        # keyed by the size asked for: the probe rounds it to whole KiB per thread
+                        + [Bandwidth(bytes=size, read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]), exact=True)
+                           for r, size in zip(rows[len(points):], extra, strict=True)])
         except (RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
             notes.append(f"bandwidth probe ({name}) failed: {exc}")
     return best_ladder(runs), tuple(by_width.values()) if runs else ()

@@ -138,7 +138,7 @@ def measure_limits(project: Project, report: dict[str, Any], variants: Sequence[
     say = None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     with contextlib.nullcontext() if quiet else step("roofline: measuring this host's peaks and bandwidth"):
         return roofline.measure(arch=str(report.get("arch")), variants=infos, dtypes=dtypes, threads=threads, cc=cc,
-                                progress=say)
+                                working_sets=[int(r["bytes"]) for r in records if r.get("bytes")], progress=say)
 
 
 def layer_bench_options(project: Project, *, cli: Mapping[str, Any], environ: Mapping[str, str], cwd: Path) -> BenchSettings:

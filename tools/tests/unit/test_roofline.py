@@ -243,3 +243,38 @@ def test_targets_met_missed_and_not_applicable() -> None:
         "target: gemm_bf16 256 avx512bf16 vs baseline: 4.00x (>= 4.0x: met)"]
     assert targets.check_all(decl[2:3], records, ["avx512bf16"], [], baseline="baseline") == [
         "target: gemm_bf16 256 vs baseline (>= 4.0x): n/a, baseline was not timed (--variants)"]
+
+
+def test_a_measurement_at_the_working_set_replaces_the_split() -> None:
+    """Issue 25: a 32 MiB GEMV weight set 'fits' a 32 MiB L3 on paper and the
+    split called it L3-bound (27% of it); streamed, it mostly comes from DRAM.
+    The probe's figure at exactly that working set is the bound."""
+    at_set = Bandwidth(bytes=32 << 20, read_Bps=60 * GB, copy_Bps=40 * GB, exact=True)
+    ladder = (*LEVELS, at_set)
+    assert roofline.level_shares(ladder, 32 << 20) == [(at_set, float(32 << 20))]
+    out = roofline.bound(1000.0, flops=None, nbytes=32 << 20, written=0, peak_ops=None, ladder=ladder)
+    assert out["level"] == "32 MiB measured"
+    assert out["pct_bound"] == pytest.approx(100 * (32 << 20) / 60e9 / 1e-3, rel=1e-2)
+    # other working sets keep the split over the ladder, which the exact point does not join
+    assert roofline.level_shares(ladder, 34 << 20) == roofline.level_shares(LEVELS, 34 << 20)
+
+
+def test_exact_sets_are_distinct_probe_sized_and_not_ladder_rungs() -> None:
+    sets = [8 << 20, 8 << 20, 16 << 20, 1 << 10, 2 << 30, 33 << 20]
+    assert roofline.exact_sets(sets, 2, [16 << 20, 128 << 20]) == [8 << 20, 33 << 20]
+
+
+def test_best_ladder_keeps_the_exact_points() -> None:
+    a = [Bandwidth(bytes=5, read_Bps=1.0, copy_Bps=2.0, exact=True)]
+    b = [Bandwidth(bytes=5, read_Bps=3.0, copy_Bps=1.0, exact=True)]
+    (point,) = roofline.best_ladder([a, b])
+    assert point.exact and (point.read_Bps, point.copy_Bps) == (3.0, 2.0)
+
+
+def test_describe_lists_the_exact_points_apart_from_the_ladder() -> None:
+    limits = roofline.Limits(arch="x86_64", threads=2, compiler="cc (gcc)", llc_bytes=32 << 20, peaks=(),
+                             bandwidth=(*LEVELS, Bandwidth(bytes=8 << 20, read_Bps=190 * GB, copy_Bps=180 * GB,
+                                                           exact=True)))
+    ladder_line, exact_line = roofline.describe(limits, [])[1:3]
+    assert " 8 MiB" not in ladder_line and "DRAM 128 MiB 30/20" in ladder_line
+    assert exact_line == "  at the records' own working sets: 8 MiB 190/180"
