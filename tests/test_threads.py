@@ -175,3 +175,27 @@ def test_coexists_with_torch_openmp() -> None:
     # one pool sized to the CPUs, idle workers asleep (no spinning next to OpenMP)
     assert r["workers"] == len(ALLOWED) - 1
     assert all(s in "SD" for s in r["states"]), r["states"]
+
+
+SPIN_PROBE = textwrap.dedent("""
+    import json, time, numpy as np, ml_dtypes, cpukern
+    from cpukern import _dispatch, _threads
+    x = np.ones((4096, 64), ml_dtypes.bfloat16)
+    out = cpukern.rms_norm(x, np.ones(64, ml_dtypes.bfloat16))
+    assert float(out[0, 0]) == 1.0
+    time.sleep(0.05)
+    tids = _threads.worker_tids(_dispatch.DISPATCHER.library())
+    print(json.dumps([open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in tids]))
+""")
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="one CPU: the pool has no worker to watch")
+def test_idle_workers_poll_for_cpukern_spin_us_then_sleep() -> None:
+    """CPUKERN_SPIN_US: 50 ms after a call a worker that polls for a second is
+    still runnable (R), one told not to poll sleeps (S); a value that is not
+    a number of microseconds falls back to the default (200), long over."""
+    states = {value: json.loads(run_python(SPIN_PROBE, {"CPUKERN_SPIN_US": value}).stdout)
+              for value in ("1000000", "0", "soon")}
+    assert states["1000000"] and all(s == "R" for s in states["1000000"]), states
+    assert all(s in "SD" for s in states["0"]), states
+    assert all(s in "SD" for s in states["soon"]), states
