@@ -107,6 +107,7 @@ struct GenericBf16 {
         // set (2 * g + half) % S takes group g's even (half 0) or odd (half 1) k
         auto step = [&](int64_t g, int s0) {
             const uint8_t* bg = b + g * NR * 4;
+            if constexpr (R <= 2) stream_ahead<NR * 4>(bg);
             const float* ag = a + g * MR * 2;
             simd::VF e[V];
 #pragma GCC unroll 4
@@ -242,6 +243,7 @@ struct GenericInt8 {
         const int64_t groups = kk / KG;
         for (int64_t g = 0; g < groups; ++g) {
             const uint8_t* bg = b + g * NR * 4;
+            if constexpr (R <= 2) stream_ahead<NR * 4>(bg);
             const uint32_t* ag = a + g * MR * 2;
             VS e[V], o[V];
 #pragma GCC unroll 4

@@ -40,6 +40,7 @@ struct Dpbf16 {
         }
         const int64_t groups = kk / KG;
         for (int64_t g = 0; g < groups; ++g) {
+            if constexpr (R <= 2) stream_ahead<128>(b + g * 128);
             const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
@@ -87,6 +88,7 @@ struct Vnni {
         }
         const int64_t groups = kk / KG;
         for (int64_t g = 0; g < groups; ++g) {
+            if constexpr (R <= 2) stream_ahead<128>(b + g * 128);
             const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
