@@ -258,15 +258,27 @@ inline void store_pair_fast(T* p, VF a, VF b) {
     store_fast(p + kLanes, b);
 }
 
-// x86 bf16 pairs split odd and even elements: read as 32-bit lanes, an odd
-// element is already a float in the high half (a = v & 0xffff0000) and an
-// even one needs a shift (b = v << 16) - two cheap ALU ops for the pair,
-// no shuffle. Stores put them back with one 16-bit blend (one vcvtne2ps2bf16
-// and one vpermw with AVX-512 BF16). Measured on Zen 4, a bf16 rms_norm row
-// pass takes 7-8 % less than with vpunpck/vpackusdw, and 14 % less than
-// vpmovzxwd + vcvtneps2bf16 on the BF16 variant; on Intel the shuffle port
-// sees one op per pair instead of three.
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+// x86 bf16 pairs without AVX-512 BF16 split odd and even elements: read as
+// 32-bit lanes, an odd element is already a float in the high half
+// (a = v & 0xffff0000) and an even one needs a shift (b = v << 16) - two ALU
+// ops for the pair, no shuffle - and a store puts them back with one 16-bit
+// blend after the integer rounding. It replaced vpunpck{l,h}wd / vpackusdw:
+// three shuffles per pair (one port on Intel), and measured slower on Zen 4
+// (docs/gemm.md, issue 25's Zen 4 section).
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+// With AVX-512 BF16 the pair keeps the natural order: vcvtne2ps2bf16 narrows
+// it in one instruction (RNE, quiets NaN), where the split would need a
+// vpermw after it (measured: within a few % either way, op by op).
+template <>
+inline void store_pair(bf16_t* p, VF a, VF b) {
+    __m512bh h = _mm512_cvtne2ps_pbh((__m512)b, (__m512)a);
+    std::memcpy(p, &h, sizeof h);
+}
+template <>
+inline void store_pair_fast(bf16_t* p, VF a, VF b) {
+    store_pair(p, a, b);
+}
+#elif defined(__AVX512F__) && defined(__AVX512BW__)
 #define CPUKERN_BF16_PAIRS_SPLIT 1
 using VIpair = __m512i;
 inline VIpair pair_load(const void* p) { return _mm512_loadu_si512(p); }
@@ -298,21 +310,6 @@ inline VIpair bf16_rne_high(VF v) {
     VU u = (VU)v;
     return (VIpair)(u + 0x7fffu + ((u >> 16) & 1u));
 }
-#if defined(__AVX512BF16__)
-inline VIpair bf16_interleave(VIpair evens_then_odds) {
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(idx, evens_then_odds);
-}
-template <>
-inline void store_pair(bf16_t* p, VF a, VF b) {  // vcvtne2ps2bf16: RNE, quiets NaN
-    pair_store(p, bf16_interleave((__m512i)_mm512_cvtne2ps_pbh((__m512)a, (__m512)b)));
-}
-template <>
-inline void store_pair_fast(bf16_t* p, VF a, VF b) {
-    store_pair(p, a, b);
-}
-#else
 template <>
 inline void store_pair_fast(bf16_t* p, VF a, VF b) {
     pair_store(p, pair_join((VIpair)((VU)bf16_rne_high(b) >> 16), bf16_rne_high(a)));
@@ -321,7 +318,6 @@ template <>
 inline void store_pair(bf16_t* p, VF a, VF b) {
     pair_store(p, pair_join((VIpair)bf16_rne_bits(b), (VIpair)(bf16_rne_bits(a) << 16)));
 }
-#endif
 #endif
 
 // 2 * kLanes floats at p in the lane order load_pair<T> gives: a float table
