@@ -110,3 +110,17 @@ static inline simde__m256bh cpukern_simde_mm512_cvtneps_pbh(simde__m512 a) {
 }
 #define _mm512_cvtneps_pbh(a) cpukern_simde_mm512_cvtneps_pbh(a)
 #endif
+
+// vcvtne2ps2bf16 zmm: lanes 0-15 from b, 16-31 from a (the SDM's order), each
+// half narrowed by _mm512_cvtneps_pbh above - the same caveat applies.
+#if !defined(_mm512_cvtne2ps_pbh)
+static inline simde__m512bh cpukern_simde_mm512_cvtne2ps_pbh(simde__m512 a, simde__m512 b) {
+    const simde__m256bh lo = _mm512_cvtneps_pbh(b), hi = _mm512_cvtneps_pbh(a);
+    simde__m512bh r;
+    static_assert(sizeof r == 2 * sizeof lo, "__m512bh holds 32 bf16 values");
+    std::memcpy(&r, &lo, sizeof lo);
+    std::memcpy(reinterpret_cast<char*>(&r) + sizeof lo, &hi, sizeof hi);
+    return r;
+}
+#define _mm512_cvtne2ps_pbh(a, b) cpukern_simde_mm512_cvtne2ps_pbh((a), (b))
+#endif

@@ -396,13 +396,12 @@ inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
         acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)a, (__m512bh)a);
         acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)b, (__m512bh)b);
     }
-    if (i < n) {  // up to 63 left: masked 32-element loads, zeros add nothing
-        for (; i < n; i += 32) {
-            const int64_t left = n - i;
-            const __mmask32 m = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
-            __m512i a = _mm512_maskz_loadu_epi16(m, x + i);
-            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)a, (__m512bh)a);
-        }
+    if (i < n) {  // up to 63 left, zero-padded: zeros add nothing
+        uint16_t buf[64] = {};
+        std::memcpy(buf, x + i, sizeof(bf16_t) * static_cast<size_t>(n - i));
+        __m512i a = _mm512_loadu_si512(buf), b = _mm512_loadu_si512(buf + 32);
+        acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)a, (__m512bh)a);
+        acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)b, (__m512bh)b);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
