@@ -159,20 +159,54 @@ TORCH_MIX = textwrap.dedent("""
         jobs = [pool.submit(f) for _ in range(20) for f in (ours, theirs)]
         for j in jobs:
             j.result()
+    # cpukern alone for a while: which threads do its work?
+    def cpu_ns(tid):
+        try:
+            return int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
+        except FileNotFoundError:  # a thread that has just exited (the executor's)
+            return None
+    main = threading.get_native_id()
+    time.sleep(0.1)
+    before = {t: ns for t in map(int, os.listdir("/proc/self/task")) if (ns := cpu_ns(t)) is not None}
+    tasks = list(before)
+    x = np.ones((2048, 1024), np.float32)
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        cpukern.rms_norm(x, np.ones(1024, np.float32))
+    others_ns = sum((cpu_ns(t) or before[t]) - before[t] for t in tasks if t != main)
     time.sleep(0.2)
     tids = _threads.worker_tids(_dispatch.DISPATCHER.library())
     states = [open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in tids]
     print(json.dumps({"workers": len(tids), "states": states, "torch_threads": torch.get_num_threads(),
+                      "others_ns": others_ns, "tasks_before": len(tasks),
                       "tasks": len(os.listdir("/proc/self/task"))}))
 """)
 
 
-def test_coexists_with_torch_openmp() -> None:
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="one CPU: no thread pool to share")
+def test_runs_on_torch_openmp_threads() -> None:
+    """With torch in the process, cpukern's parallel loops run on torch's
+    OpenMP threads (CPUKERN_POOL=auto): no pool of its own starts, no thread
+    is added, and torch's threads (every thread but the caller) do part of a
+    cpukern-only loop. A second busy-waiting pool next to OpenMP's made
+    cpukern's ops up to 2x slower between torch ops."""
     pytest.importorskip("torch")
     proc = run_python(TORCH_MIX, {})
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
-    # one pool sized to the CPUs, idle workers asleep (no spinning next to OpenMP)
+    assert r["workers"] == 0, r
+    assert r["tasks"] == r["tasks_before"], r
+    assert r["others_ns"] > 50_000_000, r  # of ~1 s of CPU over 0.5 s on 2+ CPUs
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="one CPU: the pool has no worker")
+def test_own_pool_next_to_torch_when_asked() -> None:
+    """CPUKERN_POOL=own keeps cpukern's pool beside torch's OpenMP: sized to
+    the CPUs, its idle workers asleep after the poll."""
+    pytest.importorskip("torch")
+    proc = run_python(TORCH_MIX, {"CPUKERN_POOL": "own"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
     assert r["workers"] == len(ALLOWED) - 1
     assert all(s in "SD" for s in r["states"]), r["states"]
 

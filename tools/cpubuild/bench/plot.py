@@ -98,7 +98,7 @@ def _roofline_panel(ax: Any, points: list[tuple[str, float, float, float | None]
     xs = [p[1] for p in points]
     lo, hi = min(xs) / 4, max(xs) * 4
     grid = [lo * (hi / lo) ** (i / 63) for i in range(64)]
-    for b in limits.bandwidth:  # one slope per cache level and DRAM
+    for b in (b for b in limits.bandwidth if not b.exact):  # one slope per cache level and DRAM
         ax.plot(grid, [b.read_Bps * x for x in grid], linestyle=":", linewidth=0.8,
                 label=f"{b.level or f'{b.bytes >> 10} KiB'} read {b.read_Bps / 1e9:.0f} GB/s")
     for dtype in dict.fromkeys(p.dtype for p in limits.peaks):

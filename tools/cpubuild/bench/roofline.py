@@ -143,7 +143,7 @@ def level_shares(ladder: Sequence[Bandwidth], working_set: float) -> list[tuple[
     best every level its capacity (cumulative: a victim cache adds to the one above), in
     order, the rest from the largest point (DRAM). A ladder without capacities
     (measured elsewhere) serves everything from the first point not below."""
-    exact = next((b for b in ladder if b.exact and b.bytes == int(working_set)), None)
+    exact = next((b for b in ladder if b.bytes == int(working_set)), None)  # a rung of that size counts too
     if exact is not None:
         return [(exact, float(working_set))]
     ordered = sorted((b for b in ladder if not b.exact), key=lambda b: b.bytes)

@@ -278,3 +278,10 @@ def test_describe_lists_the_exact_points_apart_from_the_ladder() -> None:
     ladder_line, exact_line = roofline.describe(limits, [])[1:3]
     assert " 8 MiB" not in ladder_line and "DRAM 128 MiB 30/20" in ladder_line
     assert exact_line == "  at the records' own working sets: 8 MiB 190/180"
+
+
+def test_a_ladder_rung_at_the_working_set_is_its_measurement() -> None:
+    """A record whose working set is a rung's size (dotlib's 128 MiB dot and the DRAM rung) is bounded by
+    that rung alone: no exact point is probed for it (exact_sets leaves rungs out)."""
+    assert roofline.level_shares(LEVELS, 128 << 20) == [(LEVELS[-1], float(128 << 20))]
+    assert roofline.bound(1.0, flops=None, nbytes=128 << 20, written=0, peak_ops=None, ladder=LEVELS)["level"] == "DRAM"
