@@ -253,9 +253,9 @@ Pool* pool() {
 // ---------------------------------------------------------------- OpenMP
 // With torch in the process, its OpenMP runtime is loaded with global
 // symbols, and its threads busy-wait for milliseconds after every parallel
-// region. A second pool next to them gets a CPU only by preemption: between
-// torch ops, cpukern's fused_add_rms_norm fp32 took 0.47 ms instead of 0.26
-// (benchmarks/bench_vllm_cpu.py, Zen 4 class, 2 CPUs). So cpukern runs its
+// region: a second pool next to them gets a CPU only by preemption, and two
+// pools put twice the threads on the CPUs (docs/gemm.md, "Next to torch").
+// So cpukern runs its
 // parallel loops on the process's OpenMP threads whenever a runtime is loaded
 // (libgomp, or LLVM's and Intel's with their GOMP entry points):
 // CPUKERN_POOL=auto, the default. CPUKERN_POOL=own, or a thread binding
