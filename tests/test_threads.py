@@ -233,3 +233,31 @@ def test_idle_workers_poll_for_cpukern_spin_us_then_sleep() -> None:
     assert states["1000000"] and all(s == "R" for s in states["1000000"]), states
     assert all(s in "SD" for s in states["0"]), states
     assert all(s in "SD" for s in states["soon"]), states
+
+
+FORK_PROBE = textwrap.dedent("""
+    import os, sys, numpy as np, torch, cpukern
+    x = np.ones((4096, 256), np.float32)
+    w = np.ones(256, np.float32)
+    if sys.argv[1] == "cpukern":
+        cpukern.rms_norm(x, w)  # the library loaded, on torch's OpenMP threads
+    else:
+        torch.ones(2048, 2048) @ torch.ones(2048, 64)  # torch's OpenMP team exists, cpukern not loaded
+    pid = os.fork()
+    if pid == 0:
+        out = cpukern.rms_norm(x, w)
+        os._exit(0 if abs(float(out[100, 100]) - 1.0) < 1e-3 else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+""")
+
+
+@pytest.mark.parametrize("parent_ran", ["cpukern", "torch"])
+def test_a_forked_child_runs_cpukern_on_its_own_pool(parent_ran: str) -> None:
+    """libgomp's team does not survive fork: a child forked after the parent ran
+    an OpenMP region hangs in its next one (torch's own ops too). cpukern,
+    imported before the fork, keeps to its own pool in the child."""
+    pytest.importorskip("torch")
+    proc = run_python(FORK_PROBE, {}, parent_ran, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "0", proc.stdout

@@ -38,10 +38,12 @@ std::atomic<int> g_ncpus{0};    // 0: threads are not pinned
 int g_cpus[kMaxCpus];
 std::atomic<int64_t> g_tids[kMaxWorkers];
 std::atomic<int> g_workers{0};
+std::atomic<long> g_plan_pid{0};  // the process that loaded the library and set its plan (0: never set)
 
 }  // namespace
 
 int planned_threads() { return g_threads.load(std::memory_order_acquire); }
+long planned_in() { return g_plan_pid.load(std::memory_order_relaxed); }
 bool bound() { return g_ncpus.load(std::memory_order_acquire) > 0; }
 
 void pool_reset(int workers) {
@@ -78,6 +80,9 @@ CPUKERN_API int32_t cpukern_set_thread_plan(int32_t threads, const int32_t* cpus
     if (threads < 0 || ncpus < 0 || ncpus > kMaxCpus || (ncpus > 0 && !cpus)) return 1;
     for (int i = 0; i < ncpus; ++i)
         if (cpus[i] < 0 || cpus[i] >= kMaxCpus) return 1;
+#if defined(__linux__)
+    g_plan_pid.store(static_cast<long>(getpid()), std::memory_order_relaxed);
+#endif
     if (cpukern::pool_started()) return 4;
 #if !defined(__linux__)
     if (ncpus > 0) return 5;

@@ -18,6 +18,7 @@
 namespace cpukern {
 namespace affinity {  // affinity.cpp: the thread plan (CPUKERN_OMP_THREADS_BIND)
 int planned_threads();
+long planned_in();  // the pid that set the plan, 0 if none did
 bool bound();
 void pool_reset(int workers);
 void worker_started(int index);
@@ -267,24 +268,33 @@ struct OpenMP {
     int (*max_threads)();
 };
 
+std::atomic<bool> g_own_pool_forced{false};  // cpukern_use_own_pool
+
 bool own_pool_chosen() {
     static const bool own = [] {
         const char* env = std::getenv("CPUKERN_POOL");
         return env && std::strcmp(env, "own") == 0;
     }();
-    return own;
+    return own || g_own_pool_forced.load(std::memory_order_relaxed);
 }
 
 // The runtime's entry points, looked up again at most every 100 ms until
 // found (torch may be imported after cpukern's first call; a failed dlsym
-// walks every loaded library).
+// walks every loaded library). Not in a forked child (of the process that
+// loaded this library, or that found the runtime): libgomp's team does not
+// survive fork (the child's next parallel region hangs, torch's own ops too),
+// while cpukern's pool starts afresh there.
 const OpenMP* process_openmp() {
     static std::atomic<const OpenMP*> found{nullptr};
     static std::atomic<int64_t> next_try_ns{0};
+    static std::atomic<pid_t> found_in{0};
     static OpenMP table;
     static std::mutex mu;
-    if (const OpenMP* f = found.load(std::memory_order_acquire)) return f;
+    const long loaded_in = affinity::planned_in();
+    if (loaded_in != 0 && loaded_in != static_cast<long>(getpid())) return nullptr;
     if (own_pool_chosen() || affinity::bound()) return nullptr;
+    if (const OpenMP* f = found.load(std::memory_order_acquire))
+        return found_in.load(std::memory_order_relaxed) == getpid() ? f : nullptr;
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::steady_clock::now().time_since_epoch()).count();
     if (now < next_try_ns.load(std::memory_order_relaxed)) return nullptr;
@@ -300,6 +310,7 @@ const OpenMP* process_openmp() {
     table.thread_num = reinterpret_cast<int (*)()>(num);
     table.team_size = reinterpret_cast<int (*)()>(team);
     table.max_threads = reinterpret_cast<int (*)()>(max);
+    found_in.store(getpid(), std::memory_order_relaxed);
     found.store(&table, std::memory_order_release);
     return &table;
 }
@@ -411,6 +422,10 @@ void parallel_for_dynamic_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
 }  // namespace cpukern
 
 CPUKERN_API int32_t cpukern_get_num_threads(void) { return cpukern::num_threads(); }
+
+// Keeps this library on its own pool from now on (the Python side calls it in
+// a forked child; see process_openmp).
+CPUKERN_API void cpukern_use_own_pool(void) { cpukern::g_own_pool_forced.store(true, std::memory_order_relaxed); }
 
 // Rebuilds the pool with n threads (n <= 0: back to the default). Not safe to
 // call while a kernel runs; the Python side serialises it.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from . import _process  # noqa: F401 (records the importing process)
 from ._version import __version__
 from .errors import CpukernError, NoVariantError, UnknownISAError, UnsupportedISAError
 

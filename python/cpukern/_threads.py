@@ -40,6 +40,7 @@ MAX_CPU = 1024  # the C side pins with a static cpu_set_t
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
+
 class ThreadBindError(ValueError):
     """A binding environment variable has a value cpukern cannot use."""
 
@@ -209,13 +210,17 @@ def configure(lib: Any) -> ThreadPlan:
     """Hands the plan to a freshly loaded variant library (before its pool
     starts). Raises ThreadBindError for unusable environment values."""
     plan = current_plan()
-    if plan.threads is None and not plan.cpus:
-        return plan  # the library's defaults
     fn = lib.cpukern_set_thread_plan
     fn.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32]
     fn.restype = ctypes.c_int32
     cpus = (ctypes.c_int32 * max(len(plan.cpus), 1))(*plan.cpus)
-    status = fn(plan.threads or 0, cpus, len(plan.cpus))
+    status = fn(plan.threads or 0, cpus, len(plan.cpus))  # also tells the library which process loaded it
+    from ._process import IMPORTED_IN  # here: the unit tests load this file on its own
+
+    if os.getpid() != IMPORTED_IN:  # a forked child: an OpenMP runtime the parent used hangs here
+        lib.cpukern_use_own_pool()
+    if plan.threads is None and not plan.cpus:
+        return plan  # the library's defaults
     if status == 5:
         raise ThreadBindError(f"{ENV_BIND}: pinning threads to CPUs is not supported on this OS; use nobind")
     if status:
