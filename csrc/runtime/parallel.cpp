@@ -319,7 +319,8 @@ int openmp_threads(const OpenMP* omp) {
     const int planned = affinity::planned_threads();
     if (planned > 0) return planned;
     if (g_requested > 0) return g_requested;
-    if (std::getenv("CPUKERN_NUM_THREADS")) return default_threads();
+    static const int from_env = std::getenv("CPUKERN_NUM_THREADS") ? default_threads() : 0;  // read once, as the pool does
+    if (from_env > 0) return from_env;
     const int t = omp->max_threads();  // torch.set_num_threads sets it
     return t > 0 ? t : 1;
 }

@@ -147,11 +147,13 @@ inline VU bf16_rne_bits(VF v) {
     VI nan = v != v;
     return (VU)((nan & (VI)((u >> 16) | 0x40u)) | (~nan & (VI)rounded));
 }
-// The same without the NaN fix-up: see store_fast.
-inline VU bf16_rne_bits_fast(VF v) {
+// u + 0x7fff + lsb: the rounded bf16 in the high 16 bits, no NaN fix-up.
+inline VU bf16_rne_biased(VF v) {
     VU u = (VU)v;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return u + 0x7fffu + ((u >> 16) & 1u);
 }
+// The same as bf16_rne_bits without the NaN fix-up: see store_fast.
+inline VU bf16_rne_bits_fast(VF v) { return bf16_rne_biased(v) >> 16; }
 
 // Stores lanes that already hold bf16 bit patterns (each < 2^16).
 inline void store_bf16_bits(bf16_t* p, VU bits) {
@@ -305,14 +307,9 @@ inline void load_pair(const bf16_t* p, VF& a, VF& b) {
     a = pair_odd(v);
     b = pair_even(v);
 }
-// u + 0x7fff + lsb: the rounded bf16 in the high 16 bits (see bf16_rne_bits)
-inline VIpair bf16_rne_high(VF v) {
-    VU u = (VU)v;
-    return (VIpair)(u + 0x7fffu + ((u >> 16) & 1u));
-}
 template <>
 inline void store_pair_fast(bf16_t* p, VF a, VF b) {
-    pair_store(p, pair_join((VIpair)((VU)bf16_rne_high(b) >> 16), bf16_rne_high(a)));
+    pair_store(p, pair_join((VIpair)bf16_rne_bits_fast(b), (VIpair)bf16_rne_biased(a)));
 }
 template <>
 inline void store_pair(bf16_t* p, VF a, VF b) {
