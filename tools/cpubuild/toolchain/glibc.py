@@ -158,9 +158,12 @@ SINGLE_THREADED_SINCE = (2, 32)
 SINGLE_THREADED_STANDIN = [
     "#define __libc_single_threaded cpubuild_libc_single_threaded",
     "#ifdef __cplusplus",
-    'extern "C"',
+    'extern "C" {  /* braces: a one-line linkage spec on a definition draws a warning per unit */',
     "#endif",
     '__attribute__((weak, visibility("hidden"))) char cpubuild_libc_single_threaded = 0;',
+    "#ifdef __cplusplus",
+    "}",
+    "#endif",
 ]
 
 

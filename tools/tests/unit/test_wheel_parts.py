@@ -5,6 +5,7 @@ wheels, the glibc symbol-version rule, the repair policy, host CPU flags."""
 from __future__ import annotations
 
 import io
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -17,6 +18,7 @@ from cpubuild.toolchain import glibc, repair, wheelzip
 from cpubuild.wheelbuild import frontend
 from cpubuild.wheelbuild.options import WheelOptions, layer_options
 from cpubuild.wheelbuild.runner import failure_message, log_tail
+from testsupport import require_tool
 
 # ------------------------------------------------------------ options
 
@@ -249,6 +251,21 @@ def test_single_threaded_standin_only_below_glibc_2_32() -> None:
     assert "#define __libc_single_threaded cpubuild_libc_single_threaded" in low
     assert 'visibility("hidden"))) char cpubuild_libc_single_threaded = 0;' in low
     assert "__libc_single_threaded" not in glibc.render_header([], "manylinux_2_34_x86_64")
+
+
+@pytest.mark.parametrize("compiler, suffix", [("gcc", ".c"), ("g++", ".cpp")])
+def test_the_symver_header_compiles_without_a_warning(compiler: str, suffix: str, tmp_path: Path) -> None:
+    """Force-included into every unit of every project: one warning in it is a warning per unit
+    (a one-line extern "C" on the stand-in's definition drew one in every C++ unit)."""
+    require_tool(compiler)
+    header = tmp_path / "symver.h"
+    header.write_text(glibc.render_header([glibc.Directive(symbol="pthread_once", version="GLIBC_2.2.5",
+                                                            default="GLIBC_2.34")], "manylinux_2_28_x86_64"))
+    source = tmp_path / f"unit{suffix}"
+    source.write_text("#include <stdio.h>\nint unit(void) { return puts(\"x\"); }\n")
+    proc = subprocess.run([compiler, "-Wall", "-Wextra", "-Werror", "-include", str(header), "-c", str(source),
+                           "-o", str(tmp_path / "unit.o")], capture_output=True, text=True)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
 
 
 # ------------------------------------------------------------ repair policy
