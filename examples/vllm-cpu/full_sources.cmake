@@ -1,10 +1,14 @@
-# VLLM_CPU_OPS_FULL=ON: the rest of vLLM's torch-only x86/Arm CPU sources
-# (included from CMakeLists.txt, which sets vllm_cpu, vllm_sources,
-# vllm_definitions). Each is its own unit (about 45-60 s per file and variant
-# on 2 cores: every one parses torch/all.h). Sources vLLM builds for AVX-512
-# and up only (mla_decode.cpp: no AVX2 bf16 path, vllm#33991; shm.cpp;
-# cpu_wna16.cpp) are the avx512 variant's matrix `sources` (csrc/full/*.cpp,
-# empty units unless this option is on), inherited by the variants above it.
+# VLLM_CPU_OPS_FULL=ON: every vLLM x86 CPU source that needs only torch, OpenMP
+# and libnuma, registered by vLLM's own bindings (included from CMakeLists.txt,
+# which sets vllm_cpu, vllm_sources, vllm_registrations, vllm_definitions).
+# Each file is its own unit, as in vLLM's build (45-60 s per file and variant
+# on 2 cores: every one parses torch/all.h). The sources vLLM builds for some
+# ISAs only (shm.cpp and cpu_wna16.cpp from AVX-512 up, the 22 sgl-kernels
+# from AVX-512 BF16 up) are those variants' matrix `sources`.
+if(NOT torch_has_capabilities)
+  message(FATAL_ERROR "vllm-cpu: VLLM_CPU_OPS_FULL needs vLLM's attention, which needs a torch with "
+                      "at::cpu::get_cpu_capabilities (torch ${CPUBUILD_TORCH_VERSION} lacks it)")
+endif()
 list(APPEND vllm_sources
   "${vllm_cpu}/cpu_fused_moe.cpp"
   "${vllm_cpu}/sampling_kernels.cpp"
@@ -12,6 +16,33 @@ list(APPEND vllm_sources
   "${vllm_cpu}/spec_decode_utils.cpp"
   "${vllm_cpu}/fp8_quant.cpp"
   "${vllm_cpu}/dynamic_4bit_int_moe_cpu.cpp"
-  "${vllm_cpu}/sgl-kernels/fla.cpp")
+  "${vllm_cpu}/mla_decode.cpp"
+  "${vllm_cpu}/sgl-kernels/fla.cpp"
+  csrc/full/vllm_bindings.cpp)
+# vLLM's bindings register every op, so our registration units give way to
+# the stand-ins for the functions they name that are not built (csrc/full/not_built.cpp)
+set(vllm_registrations csrc/full/not_built.cpp)
+# The sgl-kernels enable their AVX-512 code only where -mamx-bf16 is on (their
+# vec.h, gemm.h): vLLM compiles them into its AMX build, which it also loads
+# on AVX-512 BF16 CPUs without AMX (Zen 4). They use no AMX instruction
+# themselves (torch's brgemm checks the CPU at run time), so they get the two
+# flags here, in the avx512bf16 variant too; `cpubuild audit` shows that
+# variant's library holds no AMX instruction.
+foreach(variant IN LISTS CPUBUILD_BUILD_VARIANTS)
+  foreach(source IN LISTS CPUBUILD_VARIANT_${variant}_SOURCES)
+    if(source MATCHES "^sgl-kernels/")
+      set_source_files_properties("${vllm_cpu}/${source}" PROPERTIES COMPILE_OPTIONS "-mamx-bf16;-mamx-tile")
+    endif()
+  endforeach()
+endforeach()
+# gcc 12.2 (Debian 12's) stops with an internal compiler error in
+# sgl-kernels/flash_mla.cpp (DeepSeek-V4 sparse MLA decode); vLLM itself asks
+# for gcc >= 12.3. Older compilers leave that file and its one op out.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 12.3)
+  set_source_files_properties("${vllm_cpu}/sgl-kernels/flash_mla.cpp" PROPERTIES HEADER_FILE_ONLY ON)
+  list(APPEND vllm_definitions VLLM_CPU_OPS_NO_FLASH_MLA)
+  message(STATUS "vllm-cpu: sgl-kernels/flash_mla.cpp not built: gcc ${CMAKE_CXX_COMPILER_VERSION} < 12.3 "
+                 "fails on it (vLLM needs gcc >= 12.3)")
+endif()
 list(APPEND vllm_definitions VLLM_CPU_OPS_FULL)
 set(vllm_link_libraries numa)  # utils.cpp's NUMA binding (vLLM's ENABLE_NUMA=ON)

@@ -12,6 +12,15 @@ vLLM's files are run unmodified; everything CPU-specific is here:
   and are skipped, saying so;
 - cases the CPU build cannot run are skipped with the reason (SKIPS below): ops
   vLLM builds for CUDA only, or shapes vLLM's CPU kernel itself rejects;
+- vLLM (its tests and its Python) asks torch which ISA the CPU has
+  (``torch.cpu._is_avx512_bf16_supported()`` ...) to know what its loaded
+  build holds, since vLLM picks its build by the same checks. A variant forced
+  below the CPU's best holds less, so those checks answer for the variant
+  loaded (its ``requires``): ``VLLM_CPU_OPS_ISA=avx2`` on an AVX-512 BF16 CPU
+  looks like an AVX2 CPU to vLLM, as it would on a real one;
+- known numerical differences of vLLM's own kernels on some ISAs are marked
+  xfail with the reason (XFAILS below), never skipped: they still run, and
+  the counts show them;
 - ``--vllm-cpu-quick`` deselects (never passes) the cases above QUICK_LIMITS:
   vLLM sized them for a GPU, and their eager references take 15-50 s each on
   a 2-core CPU (rotary at 5x8192 tokens); the full run is the command above;
@@ -76,6 +85,46 @@ FP8_KV_CACHE_REASON = ("vLLM's attention has no FP8 KV cache in its AVX2 and Arm
                        "(generate_cpu_attn_dispatch.py emits fp8 cases for __AVX512F__ and AMX only); variant {}")
 
 
+# vLLM converts float to bfloat16 by truncation where the CPU has no
+# AVX512-BF16 (cpu_types_x86.hpp: FP32Vec8_to_BF16Vec8_avx2 and the AVX-512
+# bsrli path; storeFP32 keeps the high half), while its tests' references round
+# to nearest: its fused MoE then misses the bf16 tolerance by up to one bf16
+# ulp in some cases. vLLM's CI runs on AVX-512 BF16 CPUs only.
+TRUNCATING_VARIANTS = frozenset({"avx2", "avx512", "avx512vnni"})
+BF16_TRUNCATION = ("vLLM's float->bfloat16 conversion truncates without AVX512-BF16 (cpu_types_x86.hpp), its "
+                   "reference rounds to nearest: up to one bf16 ulp apart; variant {}")
+XFAILS = (
+    SkipRule(test="test_cpu_fused_moe", reason=BF16_TRUNCATION,
+             applies=lambda params: params.get("dtype") == torch.bfloat16),
+    SkipRule(test="test_cpu_fused_moe_unaligned_intermediate_size", reason=BF16_TRUNCATION,
+             applies=lambda params: params.get("dtype") == torch.bfloat16),
+)
+
+
+def _variant_xfail(variant: str, name: str, params: dict[str, Any]) -> str | None:
+    if variant not in TRUNCATING_VARIANTS:
+        return None
+    return next((rule.reason.format(variant) for rule in XFAILS if rule.test == name and rule.applies(params)), None)
+
+
+# torch's CPU checks vLLM reads, and the cpubuild feature each stands for.
+TORCH_ISA_CHECKS = {
+    "_is_avx2_supported": "avx2",
+    "_is_avx512_supported": "avx512f",
+    "_is_vnni_supported": "avx512_vnni",
+    "_is_avx512_bf16_supported": "avx512_bf16",
+    "_is_amx_tile_supported": "amx_tile",
+    "_is_amx_fp16_supported": "amx_fp16",
+}
+
+
+def _answer_for_the_variant(requires: set[str]) -> None:
+    """torch.cpu's ISA checks say what the loaded variant was built for."""
+    for check, feature in TORCH_ISA_CHECKS.items():
+        if hasattr(torch.cpu, check):
+            setattr(torch.cpu, check, (lambda present: lambda: present)(feature in requires))
+
+
 def _variant_skip(variant: str, params: dict[str, Any]) -> str | None:
     kv_cache = params.get("kv_cache_dtype")
     if isinstance(kv_cache, str) and kv_cache.startswith("fp8_") and variant not in FP8_KV_CACHE_VARIANTS:
@@ -129,7 +178,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from vllm_cpu_ops import vllm_shim
 
     vllm_shim.install()  # raises the dispatcher's error when this CPU has no variant
-    config.stash[_VARIANT] = vllm_cpu_ops.selected_isa() or "none"
+    variant = vllm_cpu_ops.selected_isa() or "none"
+    config.stash[_VARIANT] = variant
+    loaded = [v for v in vllm_cpu_ops._cpubuild.variants() if v["name"] == variant]
+    if loaded:
+        _answer_for_the_variant(set(loaded[0]["requires"]))
 
 
 _VARIANT = pytest.StashKey[str]()
@@ -171,11 +224,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = _switch_device(item, params)
         if reason is None:
             reason = _variant_skip(config.stash[_VARIANT], params)
+        name = getattr(item, "originalname", item.name)
         if reason is None:
-            name = getattr(item, "originalname", item.name)
             reason = next((rule.reason for rule in SKIPS if rule.test == name and rule.applies(params)), None)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
+            continue
+        xfail = _variant_xfail(config.stash[_VARIANT], name, params)
+        if xfail is not None:
+            item.add_marker(pytest.mark.xfail(reason=xfail, strict=False))
 
 
 @pytest.fixture
