@@ -261,3 +261,41 @@ def test_a_forked_child_runs_cpukern_on_its_own_pool(parent_ran: str) -> None:
     proc = run_python(FORK_PROBE, {}, parent_ran, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "0", proc.stdout
+
+
+# Runs in-place fused_add_rms_norm (a chunk run twice adds its residual twice)
+# over row counts around every way of cutting chunks into per-thread shares,
+# against numpy; CPUKERN_NUM_THREADS may exceed the CPUs (threads then share them).
+SHARES_PROBE = textwrap.dedent("""
+    import json, sys, numpy as np
+    if sys.argv[1] == "torch":
+        import torch
+    import cpukern
+    from cpukern import _dispatch
+    rng = np.random.default_rng(0)
+    bad = []
+    for rows in (1, 2, 3, 4, 5, 7, 8, 9, 31, 64, 257, 1000):
+        x = rng.standard_normal((rows, 4096), dtype=np.float32)
+        r = rng.standard_normal((rows, 4096), dtype=np.float32)
+        w = rng.standard_normal(4096, dtype=np.float32)
+        s = x + r
+        want = s / np.sqrt(np.mean(s * s, axis=1, keepdims=True) + 1e-6) * w
+        cpukern.fused_add_rms_norm(x, r, w, 1e-6)
+        if not (np.allclose(r, s, rtol=1e-6, atol=1e-6) and np.allclose(x, want, rtol=1e-4, atol=1e-4)):
+            bad.append(rows)
+    print(json.dumps({"bad": bad, "threads": _dispatch.DISPATCHER.library().cpukern_get_num_threads()}))
+""")
+
+
+@pytest.mark.parametrize("threads", [3, 5])
+@pytest.mark.parametrize("runtime", ["own", "torch"])
+def test_dynamic_loops_run_every_chunk_once(runtime: str, threads: int) -> None:
+    """Element-wise kernels take chunks owner first (one share of the rows per
+    thread, then the others'): whatever the rows and threads, every chunk runs
+    exactly once, on cpukern's pool and on torch's OpenMP threads."""
+    if runtime == "torch":
+        pytest.importorskip("torch")
+    proc = run_python(SHARES_PROBE, {"CPUKERN_NUM_THREADS": str(threads)}, runtime)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result == {"bad": [], "threads": threads}, result
