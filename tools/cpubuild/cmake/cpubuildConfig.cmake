@@ -449,6 +449,18 @@ function(cpubuild_add_variants name)
   # target's ISA flags). cpubuild's ccache launcher then needs the sloppiness
   # ccache documents for PCH builds, or every object would miss the cache.
   set(pch_launcher "")
+  set(common_flags ${CPUBUILD_COMMON_FLAGS})
+  set(pch_headers ${arg_PRECOMPILE_HEADERS})
+  set(symver_include "")  # for the units that skip the PCH (source options: no SHELL: there)
+  if(arg_PRECOMPILE_HEADERS AND CPUBUILD_SYMVER_HEADER)
+    # GCC uses a PCH only when nothing comes before it: the symver header,
+    # force-included in front of every unit, made GCC drop the PCH silently
+    # and parse the headers again (the PCH was pure cost). It goes first
+    # inside the PCH instead; units without the PCH include it themselves.
+    list(REMOVE_ITEM common_flags "SHELL:-include \"${CPUBUILD_SYMVER_HEADER}\"")
+    set(symver_include -include "${CPUBUILD_SYMVER_HEADER}")
+    set(pch_headers "${CPUBUILD_SYMVER_HEADER}" ${arg_PRECOMPILE_HEADERS})
+  endif()
   if(arg_PRECOMPILE_HEADERS AND CPUBUILD_CCACHE_PROGRAM
      AND "${CMAKE_${_cpubuild_lang}_COMPILER_LAUNCHER}" STREQUAL "${CPUBUILD_CCACHE_PROGRAM}")
     set(pch_launcher "${CMAKE_COMMAND};-E;env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;${CPUBUILD_CCACHE_PROGRAM}")
@@ -458,7 +470,7 @@ function(cpubuild_add_variants name)
     add_library(${name}_common OBJECT ${arg_COMMON_SOURCES})
     target_include_directories(${name}_common PRIVATE ${arg_INCLUDE_DIRECTORIES})
     target_compile_definitions(${name}_common PRIVATE ${arg_COMPILE_DEFINITIONS} ${module_definitions})
-    target_compile_options(${name}_common PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${base_flags})
+    target_compile_options(${name}_common PRIVATE ${common_flags} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${base_flags})
     target_link_libraries(${name}_common PRIVATE ${arg_LINK_LIBRARIES} ${torch})
     set_target_properties(${name}_common PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
                           CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF)
@@ -466,7 +478,7 @@ function(cpubuild_add_variants name)
       set_target_properties(${name}_common PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
     endif()
     if(arg_PRECOMPILE_HEADERS)
-      target_precompile_headers(${name}_common PRIVATE ${arg_PRECOMPILE_HEADERS})
+      target_precompile_headers(${name}_common PRIVATE ${pch_headers})
       if(pch_launcher)
         set_target_properties(${name}_common PROPERTIES ${_cpubuild_lang}_COMPILER_LAUNCHER "${pch_launcher}")
       endif()
@@ -491,7 +503,7 @@ function(cpubuild_add_variants name)
     endif()
     set(own_sources ${CPUBUILD_VARIANT_${variant}_SOURCES})
     list(TRANSFORM own_sources PREPEND "${variant_source_dir}/")
-    set_source_files_properties("${marker}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+    set_source_files_properties("${marker}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON COMPILE_OPTIONS "${symver_include}")
     set(sources ${arg_SOURCES} ${own_sources} "${marker}" ${common_objects})
     if(variant STREQUAL CPUBUILD_BASELINE_VARIANT)
       list(APPEND sources ${arg_BASELINE_SOURCES})
@@ -502,7 +514,7 @@ function(cpubuild_add_variants name)
     target_compile_definitions(${target} PRIVATE ${arg_COMPILE_DEFINITIONS} ${module_definitions} ${CPUBUILD_VARIANT_${variant}_DEFINITIONS}
                                ${CPUBUILD_VARIANT_${variant}_ACCEPTED_DEFINES}
                                ${CPUBUILD_ENV_PREFIX}_VARIANT_${upper}=1 ${CPUBUILD_ENV_PREFIX}_VARIANT_NAME="${variant}")
-    target_compile_options(${target} PRIVATE ${CPUBUILD_COMMON_FLAGS} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
+    target_compile_options(${target} PRIVATE ${common_flags} ${prefix_maps} ${arg_COMPILE_OPTIONS} ${CPUBUILD_VARIANT_${variant}_OPTIONS}
                            ${CPUBUILD_VARIANT_${variant}_FLAGS} ${CPUBUILD_VARIANT_${variant}_ACCEPTED_FLAGS})
     target_link_options(${target} PRIVATE ${CPUBUILD_LINK_FLAGS} ${arg_LINK_OPTIONS} ${CPUBUILD_VARIANT_${variant}_FLAGS})
     target_link_libraries(${target} PRIVATE ${arg_LINK_LIBRARIES} ${CPUBUILD_VARIANT_${variant}_LIBRARIES} ${torch}
@@ -516,7 +528,7 @@ function(cpubuild_add_variants name)
                           VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF
                           UNITY_BUILD ${arg_UNITY} UNITY_BUILD_BATCH_SIZE 0)
     if(arg_PRECOMPILE_HEADERS)
-      target_precompile_headers(${target} PRIVATE ${arg_PRECOMPILE_HEADERS})
+      target_precompile_headers(${target} PRIVATE ${pch_headers})
       if(pch_launcher)
         set_target_properties(${target} PROPERTIES ${_cpubuild_lang}_COMPILER_LAUNCHER "${pch_launcher}")
       endif()
