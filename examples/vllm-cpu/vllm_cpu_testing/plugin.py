@@ -15,9 +15,9 @@ vLLM's files are run unmodified; everything CPU-specific is here:
 - vLLM (its tests and its Python) asks torch which ISA the CPU has
   (``torch.cpu._is_avx512_bf16_supported()`` ...) to know what its loaded
   build holds, since vLLM picks its build by the same checks. A variant forced
-  below the CPU's best holds less, so those checks answer for the variant
-  loaded (its ``requires``): ``VLLM_CPU_OPS_ISA=avx2`` on an AVX-512 BF16 CPU
-  looks like an AVX2 CPU to vLLM, as it would on a real one;
+  below the CPU's best holds less, so the BF16 and AMX checks answer for the
+  variant loaded (its ``requires``): ``VLLM_CPU_OPS_ISA=avx2`` on an AVX-512
+  BF16 CPU has no BF16 ops to vLLM, as on a real AVX2 CPU (TORCH_ISA_CHECKS);
 - known numerical differences of vLLM's own kernels on some ISAs are marked
   xfail with the reason (XFAILS below), never skipped: they still run, and
   the counts show them;
@@ -107,11 +107,11 @@ def _variant_xfail(variant: str, name: str, params: dict[str, Any]) -> str | Non
     return next((rule.reason.format(variant) for rule in XFAILS if rule.test == name and rule.applies(params)), None)
 
 
-# torch's CPU checks vLLM reads, and the cpubuild feature each stands for.
+# torch's CPU checks vLLM reads to choose among its own ops, and the cpubuild
+# feature each stands for. Not _is_avx2/_is_avx512/_is_vnni_supported: torch
+# itself reads those (inductor's vector ISA), and answering them for a forced
+# avx2 variant on an AVX-512 CPU made vLLM's SiluAndMul layer return NaN.
 TORCH_ISA_CHECKS = {
-    "_is_avx2_supported": "avx2",
-    "_is_avx512_supported": "avx512f",
-    "_is_vnni_supported": "avx512_vnni",
     "_is_avx512_bf16_supported": "avx512_bf16",
     "_is_amx_tile_supported": "amx_tile",
     "_is_amx_fp16_supported": "amx_fp16",
