@@ -39,8 +39,8 @@ struct Job {
 // with the others'. Called again on the same data (a model's layers, a loop),
 // a thread finds its rows still in its caches, as with a static split, while
 // a delayed thread still holds up only the chunk it runs. Measured against one
-// shared counter: rotary fp32 220 -> 183 us, fused_add_rms_norm fp32 248 ->
-// 218 us (Zen 4 class, 2 threads, 7 of 7 rounds; docs/gemm.md).
+// shared counter: rotary fp32 206 -> 148 us, fused_add_rms_norm fp32 254 ->
+// 223 us (Zen 4 class, 2 threads, 5 of 5 alternating processes; docs/gemm.md).
 struct alignas(64) Cursor {
     std::atomic<uint64_t> next{0};
 };
