@@ -90,7 +90,6 @@ FP8_KV_CACHE_REASON = ("vLLM's attention has no FP8 KV cache in its AVX2 and Arm
 # bsrli path; storeFP32 keeps the high half), while its tests' references round
 # to nearest: its fused MoE then misses the bf16 tolerance by up to one bf16
 # ulp in some cases. vLLM's CI runs on AVX-512 BF16 CPUs only.
-TRUNCATING_VARIANTS = frozenset({"avx2", "avx512", "avx512vnni"})
 BF16_TRUNCATION = ("vLLM's float->bfloat16 conversion truncates without AVX512-BF16 (cpu_types_x86.hpp), its "
                    "reference rounds to nearest: up to one bf16 ulp apart; variant {}")
 XFAILS = (
@@ -101,8 +100,8 @@ XFAILS = (
 )
 
 
-def _variant_xfail(variant: str, name: str, params: dict[str, Any]) -> str | None:
-    if variant not in TRUNCATING_VARIANTS:
+def _variant_xfail(variant: str, requires: frozenset[str], name: str, params: dict[str, Any]) -> str | None:
+    if "avx2" not in requires or "avx512_bf16" in requires:  # an x86 build without AVX512-BF16 truncates
         return None
     return next((rule.reason.format(variant) for rule in XFAILS if rule.test == name and rule.applies(params)), None)
 
@@ -118,7 +117,7 @@ TORCH_ISA_CHECKS = {
 }
 
 
-def _answer_for_the_variant(requires: set[str]) -> None:
+def _answer_for_the_variant(requires: frozenset[str]) -> None:
     """torch.cpu's ISA checks say what the loaded variant was built for."""
     for check, feature in TORCH_ISA_CHECKS.items():
         if hasattr(torch.cpu, check):
@@ -181,11 +180,12 @@ def pytest_configure(config: pytest.Config) -> None:
     variant = vllm_cpu_ops.selected_isa() or "none"
     config.stash[_VARIANT] = variant
     loaded = [v for v in vllm_cpu_ops._cpubuild.variants() if v["name"] == variant]
-    if loaded:
-        _answer_for_the_variant(set(loaded[0]["requires"]))
+    config.stash[_REQUIRES] = frozenset(loaded[0]["requires"]) if loaded else frozenset()
+    _answer_for_the_variant(config.stash[_REQUIRES])
 
 
 _VARIANT = pytest.StashKey[str]()
+_REQUIRES = pytest.StashKey[frozenset[str]]()  # the loaded variant's features
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -230,7 +230,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
             continue
-        xfail = _variant_xfail(config.stash[_VARIANT], name, params)
+        xfail = _variant_xfail(config.stash[_VARIANT], config.stash[_REQUIRES], name, params)
         if xfail is not None:
             item.add_marker(pytest.mark.xfail(reason=xfail, strict=False))
 
