@@ -1,8 +1,9 @@
 # VLLM_CPU_OPS_FULL=ON: every vLLM x86 CPU source that needs only torch, OpenMP
 # and libnuma, registered by vLLM's own bindings (included from CMakeLists.txt,
 # which sets vllm_cpu, vllm_sources, vllm_registrations, vllm_definitions).
-# Each file is its own unit, as in vLLM's build (45-60 s per file and variant
-# on 2 cores: every one parses torch/all.h). The sources vLLM builds for some
+# Every file includes torch/all.h (about 12 s to parse here); vLLM's build
+# compiles each as its own unit, this one as two unity units per variant
+# (VLLM_CPU_OPS_UNITY, below). The sources vLLM builds for some
 # ISAs only (shm.cpp and cpu_wna16.cpp from AVX-512 up, the 22 sgl-kernels
 # from AVX-512 BF16 up) are those variants' matrix `sources`.
 if(NOT torch_has_capabilities)
@@ -19,6 +20,27 @@ list(APPEND vllm_sources
   "${vllm_cpu}/mla_decode.cpp"
   "${vllm_cpu}/sgl-kernels/fla.cpp"
   csrc/full/vllm_bindings.cpp)
+# VLLM_CPU_OPS_UNITY=ON (the default): vLLM's every-variant sources (and
+# cpu_wna16.cpp) as two unity units per variant, of about equal cost here, so a
+# variant parses torch/all.h twice instead of eleven times. What cannot share a
+# unit: vLLM's bindings and fla.cpp (the bindings redeclare its functions with
+# default arguments); shm.cpp and the others (its KernelVecType is theirs too);
+# the sgl-kernels among themselves (their vec_pack.h has no include guard, and
+# they repeat helper names in anonymous namespaces; CMake leaves sources with
+# source options out of unity units anyway).
+option(VLLM_CPU_OPS_UNITY "Compile vLLM's every-variant sources as two unity units per variant" ON)
+set(vllm_unity "")
+if(VLLM_CPU_OPS_UNITY)
+  set(vllm_unity UNITY_GROUPS)
+  set_source_files_properties(csrc/full/vllm_bindings.cpp csrc/vllm_attn.cpp csrc/vllm_ops.cpp
+                              PROPERTIES UNITY_GROUP bindings_attention)
+  set_source_files_properties("${vllm_cpu}/sampling_kernels.cpp" "${vllm_cpu}/spec_decode_utils.cpp"
+                              "${vllm_cpu}/cpu_fused_moe.cpp"
+                              "${vllm_cpu}/mamba_cpu.cpp" "${vllm_cpu}/fp8_quant.cpp"
+                              "${vllm_cpu}/dynamic_4bit_int_moe_cpu.cpp" "${vllm_cpu}/mla_decode.cpp"
+                              "${vllm_cpu}/sgl-kernels/fla.cpp" "${vllm_cpu}/cpu_wna16.cpp"
+                              PROPERTIES UNITY_GROUP kernels)
+endif()
 # vLLM's bindings register every op, so our registration units give way to
 # the stand-ins for the functions they name that are not built (csrc/full/not_built.cpp)
 set(vllm_registrations csrc/full/not_built.cpp)

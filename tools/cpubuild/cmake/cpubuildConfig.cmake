@@ -10,6 +10,8 @@
 #     [PACKAGE_DIR <dir>]            # install destination (default: [tool.cpubuild] package)
 #     [VARIANT_SOURCE_DIR <dir>]     # where the matrix's per-variant `sources` are (default: the project directory)
 #     [UNITY]                        # each variant's SOURCES as one translation unit
+#     [UNITY_BATCH_SIZE <n>]         # ... or as units of n sources each (built in parallel); implies UNITY
+#     [UNITY_GROUPS]                 # ... or one unit per UNITY_GROUP source property (others alone)
 #     [PRECOMPILE_HEADERS <hdr>...]  # precompiled once per variant (its flags), e.g. <torch/all.h>; ccache-friendly
 #     [PYTHON_MODULE]                # each variant is an abi3 extension module: _<name>_<variant>.abi3.so,
 #                                    # -DPy_LIMITED_API from [project] requires-python
@@ -383,7 +385,7 @@ endfunction()
 
 # ------------------------------------------------------------------ the call
 function(cpubuild_add_variants name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY;PYTHON_MODULE" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR"
+  cmake_parse_arguments(PARSE_ARGV 1 arg "UNITY;UNITY_GROUPS;PYTHON_MODULE" "PACKAGE_DIR;TARGETS_VAR;VARIANT_SOURCE_DIR;UNITY_BATCH_SIZE"
     "SOURCES;COMMON_SOURCES;BASELINE_SOURCES;INCLUDE_DIRECTORIES;COMPILE_OPTIONS;COMPILE_DEFINITIONS;LINK_LIBRARIES;LINK_OPTIONS;PRECOMPILE_HEADERS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "cpubuild_add_variants(${name}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
@@ -399,6 +401,22 @@ function(cpubuild_add_variants name)
     message(FATAL_ERROR "cpubuild_add_variants(${name}): already called for ${called}; one call per project (one manifest)")
   endif()
   set_property(GLOBAL PROPERTY CPUBUILD_ADD_VARIANTS_CALLED "${name}")
+  set(unity_batch 0)  # 0: all of a variant's SOURCES in one unit
+  set(unity_mode BATCH)
+  if(DEFINED arg_UNITY_BATCH_SIZE OR "UNITY_BATCH_SIZE" IN_LIST arg_KEYWORDS_MISSING_VALUES)
+    if(NOT arg_UNITY_BATCH_SIZE MATCHES "^[1-9][0-9]*$")
+      message(FATAL_ERROR "cpubuild_add_variants(${name}): UNITY_BATCH_SIZE must be a positive integer, not '${arg_UNITY_BATCH_SIZE}'")
+    endif()
+    if(arg_UNITY_GROUPS)
+      message(FATAL_ERROR "cpubuild_add_variants(${name}): UNITY_BATCH_SIZE and UNITY_GROUPS exclude each other")
+    endif()
+    set(arg_UNITY ON)
+    set(unity_batch ${arg_UNITY_BATCH_SIZE})
+  endif()
+  if(arg_UNITY_GROUPS)
+    set(arg_UNITY ON)
+    set(unity_mode GROUP)  # CMake's: sources without a UNITY_GROUP compile alone
+  endif()
   set(dest "${CPUBUILD_PACKAGE}")
   if(arg_PACKAGE_DIR)
     set(dest "${arg_PACKAGE_DIR}")
@@ -522,11 +540,13 @@ function(cpubuild_add_variants name)
     if(torch)
       set_target_properties(${target} PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
     endif()
-    # UNITY: all of a variant's SOURCES in one batch (the intrinsics headers are parsed once)
+    # UNITY: a variant's SOURCES in one unit, in units of UNITY_BATCH_SIZE or by
+    # UNITY_GROUP (the headers, intrinsics or torch's, are parsed once per unit)
     set_target_properties(${target} PROPERTIES PREFIX "" OUTPUT_NAME "_${name}_${variant}" SUFFIX "${suffix}"
                           POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden
                           VISIBILITY_INLINES_HIDDEN ON INTERPROCEDURAL_OPTIMIZATION OFF
-                          UNITY_BUILD ${arg_UNITY} UNITY_BUILD_BATCH_SIZE 0)
+                          UNITY_BUILD ${arg_UNITY} UNITY_BUILD_MODE ${unity_mode}
+                          UNITY_BUILD_BATCH_SIZE ${unity_batch})
     if(arg_PRECOMPILE_HEADERS)
       target_precompile_headers(${target} PRIVATE ${pch_headers})
       if(pch_launcher)

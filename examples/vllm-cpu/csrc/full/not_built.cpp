@@ -5,7 +5,9 @@
 // calls these; anything that did would get this error, not a crash.
 // Signatures as vLLM 0.33.0 declares them (torch_bindings.cpp, ops.h).
 #ifdef VLLM_CPU_OPS_FULL
-#include <torch/all.h>
+// ATen's Tensor alone (torch::Tensor is at::Tensor): 2 s to compile here, torch/all.h 15 s.
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <optional>
 
@@ -17,25 +19,25 @@ constexpr const char* kOneDnn = "oneDNN, csrc/cpu/dnnl_kernels.cpp";
 }  // namespace
 
 void release_dnnl_matmul_handler(int64_t) { not_built("release_dnnl_matmul_handler", kOneDnn); }
-int64_t create_onednn_scaled_mm_handler(const torch::Tensor&, const torch::Tensor&, at::ScalarType, bool, bool,
+int64_t create_onednn_scaled_mm_handler(const at::Tensor&, const at::Tensor&, at::ScalarType, bool, bool,
                                         int64_t) {
   not_built("create_onednn_scaled_mm_handler", kOneDnn);
 }
-void onednn_scaled_mm(torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const std::optional<torch::Tensor>&,
-                      const std::optional<torch::Tensor>&, const std::optional<torch::Tensor>&, const torch::Tensor&) {
+void onednn_scaled_mm(at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                      const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const at::Tensor&) {
   not_built("onednn_scaled_mm", kOneDnn);
 }
-int64_t create_onednn_mm_handler(const torch::Tensor&, int64_t) { not_built("create_onednn_mm_handler", kOneDnn); }
-void onednn_mm(torch::Tensor&, const torch::Tensor&, const std::optional<torch::Tensor>&, const torch::Tensor&) {
+int64_t create_onednn_mm_handler(const at::Tensor&, int64_t) { not_built("create_onednn_mm_handler", kOneDnn); }
+void onednn_mm(at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&) {
   not_built("onednn_mm", kOneDnn);
 }
 bool is_onednn_acl_supported() { not_built("is_onednn_acl_supported", kOneDnn); }
-void static_scaled_int8_quant(torch::Tensor&, torch::Tensor const&, torch::Tensor const&,
-                              std::optional<torch::Tensor> const&) {
+void static_scaled_int8_quant(at::Tensor&, at::Tensor const&, at::Tensor const&,
+                              std::optional<at::Tensor> const&) {
   not_built("static_scaled_int8_quant", kOneDnn);
 }
-void dynamic_scaled_int8_quant(torch::Tensor&, torch::Tensor const&, torch::Tensor&,
-                               std::optional<torch::Tensor> const&) {
+void dynamic_scaled_int8_quant(at::Tensor&, at::Tensor const&, at::Tensor&,
+                               std::optional<at::Tensor> const&) {
   not_built("dynamic_scaled_int8_quant", kOneDnn);
 }
 
