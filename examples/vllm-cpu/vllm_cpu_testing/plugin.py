@@ -80,7 +80,7 @@ SKIPS = (
 # and Arm blocks say fp8=False (though the script's comment says AVX2 has them),
 # so on those builds an fp8_e4m3 / fp8_e5m2 cache raises "Unsupported CPU
 # attention configuration". The same holds for vLLM's own _C_AVX2.
-FP8_KV_CACHE_VARIANTS = frozenset({"avx512", "avx512vnni", "avx512bf16", "amx"})
+FP8_KV_CACHE_FEATURE = "avx512f"  # the variant's requires stand for vLLM's #ifdef __AVX512F__
 FP8_KV_CACHE_REASON = ("vLLM's attention has no FP8 KV cache in its AVX2 and Arm builds "
                        "(generate_cpu_attn_dispatch.py emits fp8 cases for __AVX512F__ and AMX only); variant {}")
 
@@ -124,9 +124,9 @@ def _answer_for_the_variant(requires: frozenset[str]) -> None:
             setattr(torch.cpu, check, (lambda present: lambda: present)(feature in requires))
 
 
-def _variant_skip(variant: str, params: dict[str, Any]) -> str | None:
+def _variant_skip(variant: str, requires: frozenset[str], params: dict[str, Any]) -> str | None:
     kv_cache = params.get("kv_cache_dtype")
-    if isinstance(kv_cache, str) and kv_cache.startswith("fp8_") and variant not in FP8_KV_CACHE_VARIANTS:
+    if isinstance(kv_cache, str) and kv_cache.startswith("fp8_") and FP8_KV_CACHE_FEATURE not in requires:
         return FP8_KV_CACHE_REASON.format(variant)
     return None
 
@@ -223,7 +223,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = _params(item)
         reason = _switch_device(item, params)
         if reason is None:
-            reason = _variant_skip(config.stash[_VARIANT], params)
+            reason = _variant_skip(config.stash[_VARIANT], config.stash[_REQUIRES], params)
         name = getattr(item, "originalname", item.name)
         if reason is None:
             reason = next((rule.reason for rule in SKIPS if rule.test == name and rule.applies(params)), None)
