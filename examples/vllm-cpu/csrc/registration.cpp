@@ -11,6 +11,11 @@
 
 #include "ops.h"  // vLLM's declarations (csrc/cpu/ops.h of the sdist)
 
+#if defined(__aarch64__) && !defined(__APPLE__)
+// declared by vLLM's torch_bindings.cpp, not ops.h
+void activation_lut_bf16(torch::Tensor& out, torch::Tensor& input, const std::string& activation);
+#endif
+
 TORCH_LIBRARY(_C, ops) {
   ops.def("silu_and_mul(Tensor! out, Tensor input) -> ()");
   ops.impl("silu_and_mul", torch::kCPU, &silu_and_mul);
@@ -26,6 +31,10 @@ TORCH_LIBRARY(_C, ops) {
   ops.impl("gelu_fast", torch::kCPU, &gelu_fast);
   ops.def("gelu_quick(Tensor! out, Tensor input) -> ()");
   ops.impl("gelu_quick", torch::kCPU, &gelu_quick);
+#if defined(__aarch64__) && !defined(__APPLE__)
+  ops.def("activation_lut_bf16(Tensor! out, Tensor input, str activation) -> ()");
+  ops.impl("activation_lut_bf16", torch::kCPU, &activation_lut_bf16);
+#endif
 
   ops.def("rms_norm(Tensor! out, Tensor input, Tensor? weight, float epsilon) -> ()");
   ops.impl("rms_norm", torch::kCPU, &rms_norm);

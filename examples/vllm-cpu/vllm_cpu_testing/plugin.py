@@ -142,6 +142,9 @@ QUICK_BATCH_PARAM, QUICK_SWEPT = "seq_lens", frozenset({"dtype"})
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--vllm-cpu-quick", action="store_true",
                      help=f"deselect the GPU-sized cases (parameters above {QUICK_LIMITS})")
+    parser.addoption("--vllm-cpu-eager", action="store_true",
+                     help="vLLM's compilation mode NONE: its layers run forward_native eagerly instead of through "
+                          "torch.compile, whose CPU backend needs a C++ compiler (an emulated rootfs has none)")
 
 
 def _too_large(item: pytest.Item) -> bool:
@@ -236,11 +239,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def default_vllm_config() -> Iterator[Any]:
-    """vLLM's tests/conftest.py fixture: a default VllmConfig made current for the test."""
-    from vllm.config import VllmConfig, set_current_vllm_config
+def default_vllm_config(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """vLLM's tests/conftest.py fixture: a default VllmConfig made current for the test
+    (with --vllm-cpu-eager, compilation mode NONE)."""
+    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+    from vllm.config.compilation import CompilationMode
 
-    config = VllmConfig()
+    eager = request.config.getoption("--vllm-cpu-eager")
+    config = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.NONE)) if eager else VllmConfig()
     with set_current_vllm_config(config):
         yield config
 

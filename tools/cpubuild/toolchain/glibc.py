@@ -11,7 +11,9 @@ This module reads the target's own libraries (the ones the toolchain links
 against) and the policy's symbol-version ceilings from auditwheel's policy
 table, and writes a header of ``.symver`` directives binding every symbol whose
 default version is above the ceiling to the newest version at or below it -
-exactly the version a build on a manylinux_2_28 system would have bound. The
+exactly the version a build on a manylinux_2_28 system would have bound (or,
+for a few C++20 symbols with no older version, an older symbol of another
+name that does the same: EQUIVALENTS). The
 build force-includes it (CMake ``CPUBUILD_SYMVER_HEADER``; the file lives in
 cpubuild's cache directory under a content-addressed name). Symbols without such
 an older version are left alone: auditwheel then reports the higher floor and
@@ -44,6 +46,28 @@ class Directive:
     symbol: str
     version: str  # e.g. GLIBC_2.2.5
     default: str  # the version the linker would bind without the directive
+    target: str = ""  # bind to this other symbol of the same behaviour ("": the symbol itself)
+
+    @property
+    def bound(self) -> str:
+        return self.target or self.symbol
+
+
+def _stringstream_str_pairs() -> dict[str, str]:
+    """C++20's `str() const&` of the string streams (GLIBCXX_3.4.29, GCC 11) -> the
+    C++11 ABI's `str() const` (GLIBCXX_3.4.21): the same copy of the buffer, under
+    another name. Any C++20 unit that builds a message with an ostringstream
+    (torch's c10::str, TORCH_CHECK with a string argument) references the new one."""
+    pairs = {}
+    for cls in ("basic_stringbuf", "basic_ostringstream", "basic_istringstream", "basic_stringstream"):
+        for char in ("c", "w"):
+            tail = f"{len(cls)}{cls}I{char}St11char_traitsI{char}ESaI{char}EE3strEv"
+            pairs[f"_ZNKRSt7__cxx11{tail}"] = f"_ZNKSt7__cxx11{tail}"
+    return pairs
+
+
+# Symbols newer than a policy that have an older equivalent of another name.
+EQUIVALENTS = _stringstream_str_pairs()
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -93,6 +117,23 @@ def choose(versions: Iterable[tuple[str, bool]], ceilings: Mapping[str, tuple[in
     return (max(allowed)[1], default) if allowed else None
 
 
+def choose_equivalent(symbol: str, versions: Mapping[str, Sequence[tuple[str, bool]]],
+                      ceilings: Mapping[str, tuple[int, ...]]) -> Directive | None:
+    """Pure rule: a symbol above the ceilings, with no allowed version of its own, bound
+    to the newest allowed version of its EQUIVALENTS entry; None when there is none."""
+    target = EQUIVALENTS.get(symbol)
+    if target is None or choose(versions.get(symbol, ()), ceilings) is not None:
+        return None  # not listed, or an older version of its own name serves
+    default = next((v for v, hidden in versions.get(symbol, ()) if not hidden), None)
+    parsed = split_version(default) if default else None
+    if default is None or parsed is None or parsed[0] not in ceilings or parsed[1] <= ceilings[parsed[0]]:
+        return None
+    prefix, ceiling = parsed[0], ceilings[parsed[0]]
+    allowed = [(p[1], v) for v, _ in versions.get(target, ()) if (p := split_version(v)) and p[0] == prefix
+               and p[1] <= ceiling]
+    return Directive(symbol=symbol, version=max(allowed)[1], default=default, target=target) if allowed else None
+
+
 def read_versions(path: Path) -> dict[str, list[tuple[str, bool]]]:
     """Defined dynamic symbols of a shared library -> [(version, hidden)]."""
     from elftools.elf.elffile import ELFFile  # auditwheel's dependency: present wherever repair runs
@@ -131,20 +172,23 @@ def library_paths(compiler: Sequence[str]) -> list[Path]:
 
 def directives(compiler: Sequence[str], tag: str) -> list[Directive]:
     libs = library_paths(compiler)
-    key = cache.digest(tag, *(cache.file_key(p) for p in libs))
+    key = cache.digest("equivalents-1", tag, *(cache.file_key(p) for p in libs))
     known = cache.load(CACHE_FILE)
     hit = known.get(key)
     if isinstance(hit, list):
-        return [Directive(symbol=d[0], version=d[1], default=d[2]) for d in hit]
+        return [Directive(symbol=d[0], version=d[1], default=d[2], target=d[3]) for d in hit]
     ceilings = policy_ceilings(tag)
     result: dict[str, Directive] = {}
     for lib in libs:
-        for symbol, versions in read_versions(lib).items():
+        table = read_versions(lib)
+        for symbol, versions in table.items():
             picked = choose(versions, ceilings)
             if picked is not None:
                 result[symbol] = Directive(symbol=symbol, version=picked[0], default=picked[1])
+            elif (alias := choose_equivalent(symbol, table, ceilings)) is not None:
+                result[symbol] = alias
     ordered = [result[s] for s in sorted(result)]
-    known[key] = [[d.symbol, d.version, d.default] for d in ordered]
+    known[key] = [[d.symbol, d.version, d.default, d.target] for d in ordered]
     cache.store(CACHE_FILE, known)
     return ordered
 
@@ -171,10 +215,11 @@ def render_header(found: Sequence[Directive], tag: str) -> str:
     lines = [
         f"/* Generated by cpubuild (tools/cpubuild/toolchain/glibc.py) for {tag}: binds symbols",
         "   whose default version is newer than the policy allows to the newest allowed",
-        "   version of the same symbol. Force-included into every translation unit. */",
+        "   version of the same symbol (or of an equivalent one). Force-included into every",
+        "   translation unit. */",
         "#if defined(__linux__) && !defined(CPUBUILD_NO_SYMVER)",
     ]
-    lines += [f'__asm__(".symver {d.symbol},{d.symbol}@{d.version}"); /* default {d.default} */' for d in found]
+    lines += [f'__asm__(".symver {d.symbol},{d.bound}@{d.version}"); /* default {d.default} */' for d in found]
     ceiling = policy_ceilings(tag).get("GLIBC", (0,))
     if ceiling < SINGLE_THREADED_SINCE:
         lines += SINGLE_THREADED_STANDIN

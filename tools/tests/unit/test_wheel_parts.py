@@ -230,6 +230,29 @@ def test_symbols_already_allowed_or_without_older_versions_are_left_alone() -> N
     assert glibc.choose([("GLIBCXX_3.4.30", True)], CEILINGS) is None  # no default version
 
 
+STR_NEW = "_ZNKRSt7__cxx1119basic_ostringstreamIcSt11char_traitsIcESaIcEE3strEv"  # str() const&, C++20
+STR_OLD = "_ZNKSt7__cxx1119basic_ostringstreamIcSt11char_traitsIcESaIcEE3strEv"  # str() const
+
+
+def test_cxx20_stringstream_str_is_bound_to_the_cxx11_one() -> None:
+    """No older version of C++20's `str() const&` exists (GLIBCXX_3.4.29): it is bound to `str() const`."""
+    assert glibc.EQUIVALENTS[STR_NEW] == STR_OLD
+    table = {STR_NEW: [("GLIBCXX_3.4.29", False)], STR_OLD: [("GLIBCXX_3.4.21", False)]}
+    assert glibc.choose_equivalent(STR_NEW, table, CEILINGS) == glibc.Directive(
+        symbol=STR_NEW, version="GLIBCXX_3.4.21", default="GLIBCXX_3.4.29", target=STR_OLD)
+    text = glibc.render_header([glibc.choose_equivalent(STR_NEW, table, CEILINGS)], "manylinux_2_28_x86_64")  # type: ignore[list-item]
+    assert f'__asm__(".symver {STR_NEW},{STR_OLD}@GLIBCXX_3.4.21");' in text
+
+
+def test_equivalents_only_where_needed_and_possible() -> None:
+    table = {STR_NEW: [("GLIBCXX_3.4.29", False)], STR_OLD: [("GLIBCXX_3.4.21", False)]}
+    assert glibc.choose_equivalent(STR_NEW, table, {"GLIBCXX": (3, 4, 30)}) is None  # allowed as it is
+    assert glibc.choose_equivalent(STR_NEW, {STR_NEW: table[STR_NEW]}, CEILINGS) is None  # no equivalent defined
+    assert glibc.choose_equivalent(STR_OLD, table, CEILINGS) is None  # not listed
+    assert glibc.choose_equivalent(STR_NEW, {STR_NEW: table[STR_NEW], STR_OLD: [("GLIBCXX_3.4.26", False)]},
+                                   CEILINGS) is None  # the equivalent is above the ceiling too
+
+
 def test_policy_ceilings_come_from_auditwheel() -> None:
     ceilings = glibc.policy_ceilings("manylinux_2_28_x86_64")
     assert ceilings["GLIBC"] == (2, 28)
@@ -390,3 +413,24 @@ def test_host_features_of_another_arch_are_unavailable() -> None:
     other = next(a for a in hardware().arches if a != host_arch())
     features = hostprobe.host_features(other, hardware().features[other])
     assert features.found == frozenset() and features.source == f"unavailable: the host is {host_arch()}"
+
+
+def test_a_cxx20_message_built_with_an_ostringstream_stays_below_the_policy(tmp_path: Path) -> None:
+    """The real header from this host's libstdc++: a C++20 library that returns an ostringstream's
+    str() (as torch's c10::str does, not inlined here at -O0) needs no GLIBCXX_3.4.29 and works."""
+    require_tool("g++", "objdump")
+    header, _ = glibc.write_header(["g++"], "manylinux_2_28_x86_64", tmp_path)
+    source, main = tmp_path / "msg.cpp", tmp_path / "main.cpp"
+    source.write_text('#include <sstream>\n#include <string>\nstd::string message(int x) '
+                      '{ std::ostringstream ss; ss << "v=" << x; return ss.str(); }\n')
+    main.write_text('#include <cstdio>\n#include <string>\nstd::string message(int);\n'
+                    'int main() { std::puts(message(42).c_str()); }\n')
+    library = tmp_path / "libmsg.so"
+    subprocess.run(["g++", "-std=gnu++20", "-O0", "-fPIC", "-shared", "-include", str(header), str(source), "-o",
+                    str(library)], check=True)
+    needed = subprocess.run(["objdump", "-T", str(library)], capture_output=True, text=True, check=True).stdout
+    assert f"GLIBCXX_3.4.21) {STR_OLD}" in " ".join(needed.split()) and STR_NEW not in needed, needed
+    assert "GLIBCXX_3.4.29" not in needed, needed
+    subprocess.run(["g++", str(main), "-L", str(tmp_path), "-lmsg", "-o", str(tmp_path / "main"),
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    assert subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True).stdout == "v=42\n"
