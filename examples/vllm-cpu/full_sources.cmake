@@ -21,13 +21,13 @@ list(APPEND vllm_sources
   "${vllm_cpu}/sgl-kernels/fla.cpp"
   csrc/full/vllm_bindings.cpp)
 # VLLM_CPU_OPS_UNITY=ON (the default): vLLM's every-variant sources (and
-# cpu_wna16.cpp) as two unity units per variant, of about equal cost here, so a
-# variant parses torch/all.h twice instead of eleven times. What cannot share a
-# unit: vLLM's bindings and fla.cpp (the bindings redeclare its functions with
-# default arguments); shm.cpp and the others (its KernelVecType is theirs too);
-# the sgl-kernels among themselves (their vec_pack.h has no include guard, and
-# they repeat helper names in anonymous namespaces; CMake leaves sources with
-# source options out of unity units anyway).
+# cpu_wna16.cpp) as two unity units per variant, of about equal cost here, and
+# the 21 sgl-kernels as six, so a variant parses torch/all.h two to eight
+# times instead of eleven to thirty-two. What cannot share a unit: vLLM's
+# bindings and fla.cpp (the bindings redeclare its functions with default
+# arguments); shm.cpp and the others (its KernelVecType is theirs too); most
+# sgl-kernels (they repeat helper names such as tinygemm_kernel in anonymous
+# namespaces): their groups below are the ones gcc -fsyntax-only accepted.
 option(VLLM_CPU_OPS_UNITY "Compile vLLM's every-variant sources as two unity units per variant" ON)
 set(vllm_unity "")
 if(VLLM_CPU_OPS_UNITY)
@@ -40,23 +40,24 @@ if(VLLM_CPU_OPS_UNITY)
                               "${vllm_cpu}/dynamic_4bit_int_moe_cpu.cpp" "${vllm_cpu}/mla_decode.cpp"
                               "${vllm_cpu}/sgl-kernels/fla.cpp" "${vllm_cpu}/cpu_wna16.cpp"
                               PROPERTIES UNITY_GROUP kernels)
+  set(sgl_groups
+    "conv gemm_fp8_w8a8 mhc store_cache paged_mqa_logits topk"
+    "gemm moe_int4 moe_fp8 moe_fp8_w8a8 mla_cache compressor"
+    "gemm_int8 gemm_int4 indexer"
+    "moe moe_int8 extend"
+    "bmm decode"
+    "gemm_fp8")
+  set(index 0)
+  foreach(group IN LISTS sgl_groups)
+    string(REPLACE " " ";" files "${group}")
+    list(TRANSFORM files REPLACE "(.+)" "${vllm_cpu}/sgl-kernels/\\1.cpp")
+    set_source_files_properties(${files} PROPERTIES UNITY_GROUP sgl_${index})
+    math(EXPR index "${index} + 1")
+  endforeach()
 endif()
 # vLLM's bindings register every op, so our registration units give way to
 # the stand-ins for the functions they name that are not built (csrc/full/not_built.cpp)
 set(vllm_registrations csrc/full/not_built.cpp)
-# The sgl-kernels enable their AVX-512 code only where -mamx-bf16 is on (their
-# vec.h, gemm.h): vLLM compiles them into its AMX build, which it also loads
-# on AVX-512 BF16 CPUs without AMX (Zen 4). They use no AMX instruction
-# themselves (torch's brgemm checks the CPU at run time), so they get the two
-# flags here, in the avx512bf16 variant too; `cpubuild audit` shows that
-# variant's library holds no AMX instruction.
-foreach(variant IN LISTS CPUBUILD_BUILD_VARIANTS)
-  foreach(source IN LISTS CPUBUILD_VARIANT_${variant}_SOURCES)
-    if(source MATCHES "^sgl-kernels/")
-      set_source_files_properties("${vllm_cpu}/${source}" PROPERTIES COMPILE_OPTIONS "-mamx-bf16;-mamx-tile")
-    endif()
-  endforeach()
-endforeach()
 # gcc 12.2 (Debian 12's) stops with an internal compiler error in
 # sgl-kernels/flash_mla.cpp (DeepSeek-V4 sparse MLA decode); vLLM itself asks
 # for gcc >= 12.3. Older compilers leave that file and its one op out.

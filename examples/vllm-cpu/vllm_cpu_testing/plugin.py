@@ -143,7 +143,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--vllm-cpu-quick", action="store_true",
                      help=f"deselect the GPU-sized cases (parameters above {QUICK_LIMITS})")
     parser.addoption("--vllm-cpu-eager", action="store_true",
-                     help="vLLM's compilation mode NONE: its layers run forward_native eagerly instead of through "
+                     help="vLLM's compilation mode NONE: its layers run forward_native as it is instead of through "
                           "torch.compile, whose CPU backend needs a C++ compiler (an emulated rootfs has none)")
 
 
@@ -240,13 +240,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def default_vllm_config(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """vLLM's tests/conftest.py fixture: a default VllmConfig made current for the test
-    (with --vllm-cpu-eager, compilation mode NONE)."""
+    """vLLM's tests/conftest.py fixture: a default VllmConfig made current for the test.
+
+    --vllm-cpu-eager: compilation mode NONE, and custom ops off as the default (compiled)
+    config has them - with them on (vLLM's default without compilation) a layer's
+    forward_native calls the in-place kernels under test, and the tests' references stop
+    being references (160 rotary cases failed so)."""
     from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
     from vllm.config.compilation import CompilationMode
 
     eager = request.config.getoption("--vllm-cpu-eager")
-    config = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.NONE)) if eager else VllmConfig()
+    config = VllmConfig(compilation_config=CompilationConfig(mode=CompilationMode.NONE, custom_ops=["none"])) \
+        if eager else VllmConfig()
     with set_current_vllm_config(config):
         yield config
 

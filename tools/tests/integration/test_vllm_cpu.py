@@ -113,6 +113,11 @@ def run_vllm_tests(python: Path, vllm_tree: Path, junit: Path, tests: tuple[str,
     # the plugin comes from the example, not from the wheel
     proc = subprocess.run(command, env=env(PYTHONPATH=str(EXAMPLE), **extra), cwd=vllm_tree, capture_output=True,
                           text=True, timeout=3600)
+    return pytest_result(proc, junit)
+
+
+def pytest_result(proc: subprocess.CompletedProcess[str], junit: Path) -> dict[str, Any]:
+    """A pytest run of vLLM's tests through our plugin: its junit counts, the variant it loaded, its tail."""
     if not junit.is_file():
         raise AssertionError(f"pytest wrote no report\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     root = ElementTree.parse(junit).getroot()
