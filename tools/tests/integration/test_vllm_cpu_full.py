@@ -3,8 +3,8 @@
 Every vLLM x86 source that needs only torch, OpenMP and libnuma, compiled per
 variant as vLLM does (shm and WNA16 from avx512 up, the 22 sgl-kernels from
 avx512bf16 up) and registered by vLLM's own csrc/cpu/torch_bindings.cpp, minus
-the oneDNN ops it cannot build. 12.5 minutes on the 2-core Zen 4 class host
-(the floor and avx512bf16, compiled cold, then vLLM's tests), too much for the
+the oneDNN ops it cannot build. 9 minutes on the 2-core Zen 4 class host
+(the floor and avx512bf16, compiled cold as unity units, then vLLM's tests), too much for the
 CI run: the `vllm_full` marker is deselected by default (pyproject.toml) and
 run by hand:
 
