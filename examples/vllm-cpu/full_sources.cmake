@@ -2,8 +2,8 @@
 # and libnuma, registered by vLLM's own bindings (included from CMakeLists.txt,
 # which sets vllm_cpu, vllm_sources, vllm_registrations, vllm_definitions).
 # Every file includes torch/all.h (about 12 s to parse here); vLLM's build
-# compiles each as its own unit, this one as two unity units per variant
-# (VLLM_CPU_OPS_UNITY, below). The sources vLLM builds for some
+# compiles each as its own unit, this one as unity units (VLLM_CPU_OPS_UNITY,
+# below). The sources vLLM builds for some
 # ISAs only (shm.cpp and cpu_wna16.cpp from AVX-512 up, the 22 sgl-kernels
 # from AVX-512 BF16 up) are those variants' matrix `sources`.
 if(NOT torch_has_capabilities)
@@ -28,7 +28,7 @@ list(APPEND vllm_sources
 # arguments); shm.cpp and the others (its KernelVecType is theirs too); most
 # sgl-kernels (they repeat helper names such as tinygemm_kernel in anonymous
 # namespaces): their groups below are the ones gcc -fsyntax-only accepted.
-option(VLLM_CPU_OPS_UNITY "Compile vLLM's every-variant sources as two unity units per variant" ON)
+option(VLLM_CPU_OPS_UNITY "Compile vLLM's sources as unity units (two per variant, six more for the sgl-kernels)" ON)
 set(vllm_unity "")
 if(VLLM_CPU_OPS_UNITY)
   set(vllm_unity UNITY_GROUPS)
