@@ -99,22 +99,33 @@ def policy_ceilings(tag: str) -> dict[str, tuple[int, ...]]:
     raise ValueError(f"auditwheel knows no policy {name!r}")
 
 
+def _above_ceiling(versions: Iterable[tuple[str, bool]],
+                   ceilings: Mapping[str, tuple[int, ...]]) -> tuple[str, str, tuple[int, ...]] | None:
+    """(default version, its prefix, the prefix's ceiling) when the default is above it; else None."""
+    default = next((v for v, hidden in versions if not hidden), None)
+    parsed = split_version(default) if default else None
+    if default is None or parsed is None or parsed[0] not in ceilings or parsed[1] <= ceilings[parsed[0]]:
+        return None
+    return default, parsed[0], ceilings[parsed[0]]
+
+
+def _newest_allowed(versions: Iterable[tuple[str, bool]], prefix: str, ceiling: tuple[int, ...]) -> str | None:
+    allowed = [(p[1], v) for v, _ in versions if (p := split_version(v)) and p[0] == prefix and p[1] <= ceiling]
+    return max(allowed)[1] if allowed else None
+
+
 def choose(versions: Iterable[tuple[str, bool]], ceilings: Mapping[str, tuple[int, ...]]) -> tuple[str, str] | None:
     """Pure rule for one symbol: (version to bind, default) or None to leave it alone.
 
     `versions`: (version name, hidden) pairs of one defined symbol; the
     non-hidden one is the linker's default."""
     pairs = list(versions)
-    default = next((v for v, hidden in pairs if not hidden), None)
-    parsed = split_version(default) if default else None
-    if default is None or parsed is None or parsed[0] not in ceilings:
+    above = _above_ceiling(pairs, ceilings)
+    if above is None:
         return None
-    prefix, number = parsed
-    if number <= ceilings[prefix]:
-        return None
-    older = [(split_version(v), v) for v, hidden in pairs if hidden]
-    allowed = [(p[1], v) for p, v in older if p is not None and p[0] == prefix and p[1] <= ceilings[prefix]]
-    return (max(allowed)[1], default) if allowed else None
+    default, prefix, ceiling = above
+    older = _newest_allowed([(v, hidden) for v, hidden in pairs if hidden], prefix, ceiling)
+    return (older, default) if older else None
 
 
 def choose_equivalent(symbol: str, versions: Mapping[str, Sequence[tuple[str, bool]]],
@@ -122,16 +133,15 @@ def choose_equivalent(symbol: str, versions: Mapping[str, Sequence[tuple[str, bo
     """Pure rule: a symbol above the ceilings, with no allowed version of its own, bound
     to the newest allowed version of its EQUIVALENTS entry; None when there is none."""
     target = EQUIVALENTS.get(symbol)
-    if target is None or choose(versions.get(symbol, ()), ceilings) is not None:
+    own = versions.get(symbol, ())
+    if target is None or choose(own, ceilings) is not None:
         return None  # not listed, or an older version of its own name serves
-    default = next((v for v, hidden in versions.get(symbol, ()) if not hidden), None)
-    parsed = split_version(default) if default else None
-    if default is None or parsed is None or parsed[0] not in ceilings or parsed[1] <= ceilings[parsed[0]]:
+    above = _above_ceiling(own, ceilings)
+    if above is None:
         return None
-    prefix, ceiling = parsed[0], ceilings[parsed[0]]
-    allowed = [(p[1], v) for v, _ in versions.get(target, ()) if (p := split_version(v)) and p[0] == prefix
-               and p[1] <= ceiling]
-    return Directive(symbol=symbol, version=max(allowed)[1], default=default, target=target) if allowed else None
+    default, prefix, ceiling = above
+    version = _newest_allowed(versions.get(target, ()), prefix, ceiling)
+    return Directive(symbol=symbol, version=version, default=default, target=target) if version else None
 
 
 def read_versions(path: Path) -> dict[str, list[tuple[str, bool]]]:

@@ -32,7 +32,7 @@ import pytest
 from oracle import ARCH
 from public_cpubuild import PublicCpubuild, public_cpubuild  # noqa: F401 (a fixture)
 from test_torch_project import metadata, torch_cpubuild  # noqa: F401 (a fixture)
-from test_vllm_cpu import pytest_result
+from test_vllm_cpu import pytest_result, vllm_tree  # noqa: F401 (a fixture)
 from testsupport import REPO, require, require_host, require_tool, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.cross, pytest.mark.qemu]
@@ -128,7 +128,7 @@ def requirements_site(root: Path, python: str) -> PurePosixPath:
 @pytest.mark.parametrize(("cpu", "variant", "tests"), [("max", "neon_bf16", VLLM_CORE_TESTS),
                                                        ("neoverse-n1", "neon", VLLM_CORE_TESTS[:1])])
 def test_vllms_own_kernel_tests_pass_under_qemu(
-    wheel: Path, tmp_path: Path, cpu: str, variant: str, tests: tuple[str, ...],
+    wheel: Path, vllm_tree: Path, tmp_path: Path, cpu: str, variant: str, tests: tuple[str, ...],  # noqa: F811
     record_property: Callable[[str, Any], None],
 ) -> None:
     """max (bf16): the three core files; neoverse-n1 (the floor, no bf16): the activation file (2 minutes)."""
@@ -142,8 +142,6 @@ def test_vllms_own_kernel_tests_pass_under_qemu(
     root = ensure_rootfs(RootfsSpec.for_arch(arch))
     torch_site = ensure_torch_site(root, arch, f"{AARCH64_TORCH}+cpu")
     requirements = requirements_site(root, tree_python(root))
-    vllm_tree = Path(run([sys.executable, str(EXAMPLE / "fetch_vllm.py"), "--print-dir"], cwd=EXAMPLE,
-                         timeout=900).stdout.strip())
     (root / RUN_DIR.relative_to("/")).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vllm-tests-", dir=root / RUN_DIR.relative_to("/")))
     try:
