@@ -68,12 +68,17 @@ def vllm_tree() -> Path:
     return Path(proc.stdout.strip())
 
 
+def runnable_variants(matrix: Matrix) -> list[str]:
+    """Every variant this CPU runs, floor first (each holds vLLM's kernels: the matrix has a
+    floor, no baseline)."""
+    return [v.name for v in matrix.variants_for(ARCH) if set(v.requires) <= oracle_features()]
+
+
 def kernel_variants(matrix: Matrix) -> list[str]:
-    """The variants under test: the floor and the best this CPU runs (every variant holds
-    vLLM's kernels: the matrix has a floor, no baseline). The steps between them
-    recompile every vLLM source once more (minutes each on 2 cores) for code paths the two
-    ends already take; all of them ran natively on an AMX host (README's support table)."""
-    runs = [v.name for v in matrix.variants_for(ARCH) if set(v.requires) <= oracle_features()]
+    """The variants under test in CI: the floor and the best this CPU runs. The steps between
+    them recompile every vLLM source once more (minutes each on 2 cores) for code paths the
+    two ends already take; the full-set test (by hand) runs every one of them."""
+    runs = runnable_variants(matrix)
     return sorted({runs[0], runs[-1]}, key=runs.index) if runs else []
 
 

@@ -3,10 +3,11 @@
 Every vLLM x86 source that needs only torch, OpenMP and libnuma, compiled per
 variant as vLLM does (shm and WNA16 from avx512 up, the 22 sgl-kernels from
 avx512bf16 up) and registered by vLLM's own csrc/cpu/torch_bindings.cpp, minus
-the oneDNN ops it cannot build. 9 minutes on the 2-core Zen 4 class host
-(the floor and avx512bf16, compiled cold as unity units, then vLLM's tests), too much for the
-CI run: the `vllm_full` marker is deselected by default (pyproject.toml) and
-run by hand:
+the oneDNN ops it cannot build. Every variant this CPU runs is built and
+tested (vLLM's core files and the full set's): 31.5 minutes on the 2-core
+Emerald Rapids class host (all five x86 variants, compiled cold as unity
+units, then vLLM's tests), too much for the CI run: the `vllm_full` marker is
+deselected by default (pyproject.toml) and run by hand:
 
     python -m pytest -m vllm_full tools/tests/integration/test_vllm_cpu_full.py
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 from cpubuild.matrix import Matrix
-from oracle import ARCH, oracle_features
+from oracle import ARCH
 from public_cpubuild import PublicCpubuild, fresh_venv, public_cpubuild  # noqa: F401 (a fixture)
 from test_torch_project import torch_requirement
 from test_vllm_cpu import (  # noqa: F401 (fixtures)
@@ -33,12 +34,13 @@ from test_vllm_cpu import (  # noqa: F401 (fixtures)
     PACKAGE,
     PREFIX,
     TESTING,
+    VLLM_TESTS,
     assert_vllm_tests_pass,
     built_variants,
     env,
-    kernel_variants,
     matrix,
     run_vllm_tests,
+    runnable_variants,
     vllm_tree,
 )
 from testsupport import require_host, require_tool, run
@@ -79,7 +81,7 @@ def wheel(public_cpubuild: PublicCpubuild, matrix: Matrix, vllm_tree: Path,  # n
     root = tmp_path_factory.mktemp("vllm-cpu-full")
     fresh_venv(root / "venv", *map(str, public_cpubuild.wheels), "scikit-build-core", *torch_requirement())
     builder = PublicCpubuild(venv=root / "venv", wheels=public_cpubuild.wheels)
-    _, summary = builder.json("wheel", "--project", str(EXAMPLE), "--isa", ",".join(kernel_variants(matrix)),
+    _, summary = builder.json("wheel", "--project", str(EXAMPLE), "--isa", ",".join(runnable_variants(matrix)),
                               "-C", "cmake.define.VLLM_CPU_OPS_FULL=ON", "--no-repair",
                               "--out", str(root / "out"), "--build-root", str(root / "build"), cwd=root, timeout=7200)
     assert summary["ok"], summary
@@ -102,7 +104,7 @@ print(json.dumps({{"variant": {PACKAGE}.selected_isa(), "ops": sorted(names)}}))
 
 def test_each_variant_registers_vllms_ops_for_its_isa(python: Path, matrix: Matrix, tmp_path: Path,  # noqa: F811
                                                       record_property: Callable[[str, Any], None]) -> None:
-    for variant in kernel_variants(matrix):
+    for variant in runnable_variants(matrix):
         proc = run([str(python), "-c", REGISTERED], env=env(**{f"{PREFIX}_ISA": variant}), cwd=tmp_path, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads(proc.stdout)
@@ -121,10 +123,10 @@ def test_vllm_full_set_tests_pass_on_every_variant_this_cpu_runs(
     python: Path, vllm_tree: Path, matrix: Matrix, tmp_path: Path,  # noqa: F811
     record_property: Callable[[str, Any], None]
 ) -> None:
-    runs = [v for v in kernel_variants(matrix) if v in built_variants(python, tmp_path)]
-    assert runs and set(matrix.variant(ARCH, runs[-1]).requires) <= oracle_features()
+    runs = [v for v in runnable_variants(matrix) if v in built_variants(python, tmp_path)]
+    assert runs == runnable_variants(matrix) and runs
     for variant in runs:
-        result = run_vllm_tests(python, vllm_tree, tmp_path / f"{variant}.xml", VLLM_FULL_TESTS,
+        result = run_vllm_tests(python, vllm_tree, tmp_path / f"{variant}.xml", (*VLLM_TESTS, *VLLM_FULL_TESTS),
                                 **{f"{PREFIX}_ISA": variant})
         record_property(f"vllm_full_tests[{variant}]", result["counts"])
         print(f"vLLM full-set tests, {variant} (forced): {result['counts']}")
