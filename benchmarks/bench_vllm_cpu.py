@@ -1,6 +1,6 @@
 """vLLM's own CPU kernels (examples/vllm-cpu's wheel) vs torch eager vs cpukern, side by side.
 
-    python benchmarks/bench_vllm_cpu.py [--wheel PATH] [--variants a,b] [--rounds N] [--round-ms MS] [--json]
+    python benchmarks/bench_vllm_cpu.py [--wheel PATH] [--variants a,b] [--tcmalloc] [--rounds N] [--round-ms MS] [--json]
 
 Builds the example's native wheel with `cpubuild wheel --isa native` (or takes
 `--wheel`), unpacks it into a temporary directory (torch and cpukern come from
@@ -16,7 +16,10 @@ so machine noise hits every candidate alike), float32 and bfloat16:
 * rotary (neox) 512 tokens, 32 query + 8 key heads of 128: vLLM / cpukern / eager.
 
 Prints ms per call and vLLM / cpukern and eager / vLLM ratios (figures vary
-with the host: compare ratios taken in one run).
+with the host: compare ratios taken in one run). `--tcmalloc` preloads tcmalloc in
+the subprocesses (as `cpubuild bench` does, and vLLM's CPU guide advises): where
+page faults are costly (a VM), glibc malloc's fresh 8 MiB outputs per call
+cost more than the kernels.
 """
 
 from __future__ import annotations
@@ -131,8 +134,10 @@ def worker(rounds: int, round_ms: float) -> dict[str, Any]:
     for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
         for op, ms in time_ops(dtype, rounds, round_ms / 1e3).items():
             results[f"{op} {tag}"] = ms
+    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").is_file() else ""
     return {"variant": vllm_cpu_ops.selected_isa(), "cpukern": cpukern.selected_isa(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "ops": results}
+            "threads": torch.get_num_threads(), "allocator": "tcmalloc" if "tcmalloc" in maps else "glibc malloc",
+            "ops": results}
 
 
 def build_wheel(out: Path) -> Path:
@@ -145,10 +150,16 @@ def build_wheel(out: Path) -> Path:
     return Path(json.loads(proc.stdout)["wheel"]["path"])
 
 
-def run_python(site: Path, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+def run_python(site: Path, args: list[str], env: dict[str, str], *, tcmalloc: bool = False) -> dict[str, Any]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_CPU_OPS_", "CPUKERN_"))}
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=site,
-                          env={**clean, **env, "PYTHONPATH": str(site)})
+    full = {**clean, **env, "PYTHONPATH": str(site)}
+    if tcmalloc:
+        from cpubuild.bench.timing import preload_env, tcmalloc_library
+
+        if not tcmalloc_library():
+            sys.exit("--tcmalloc: no libtcmalloc_minimal installed (Debian: libtcmalloc-minimal4)")
+        full = preload_env(full)
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=site, env=full)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(args)} ({env}) failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
@@ -156,7 +167,7 @@ def run_python(site: Path, args: list[str], env: dict[str, str]) -> dict[str, An
 
 
 def print_table(run: dict[str, Any]) -> None:
-    print(f"\n## vLLM {run['variant']} / cpukern {run['cpukern']}  (torch {run['torch']}, {run['threads']} threads)")
+    print(f"\n## vLLM {run['variant']} / cpukern {run['cpukern']}  (torch {run['torch']}, {run['threads']} threads, {run['allocator']})")
     print(f"{'op':<24} {'vLLM ms':>9} {'cpukern ms':>11} {'eager ms':>9}  {'vLLM/cpukern':>12} {'eager/vLLM':>10}")
     for op, ms in run["ops"].items():
         print(f"{op:<24} {ms['vllm']:9.3f} {ms['cpukern']:11.3f} {ms['eager']:9.3f}  "
@@ -170,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median kept; at least 3)")
     parser.add_argument("--round-ms", type=float, default=60.0, help="time per candidate per round")
     parser.add_argument("--variants", help="comma-separated (default: every variant this CPU supports)")
+    parser.add_argument("--tcmalloc", action="store_true", help="preload tcmalloc in the timing processes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 3:
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             if variant in found["cpukern"]:
                 env["CPUKERN_ISA"] = variant
             run = run_python(site, ["_bench_vllm_cpu.py", "--worker", "--rounds", str(args.rounds),
-                                    "--round-ms", str(args.round_ms)], env)
+                                    "--round-ms", str(args.round_ms)], env, tcmalloc=args.tcmalloc)
             runs.append(run)
             if not args.json:
                 print_table(run)
