@@ -188,6 +188,7 @@ def run(config: Config) -> dict[str, Any]:
                 "torch_us": round(us["torch"], 2) if "torch" in us else None,
                 "memcpy_us": round(us["memcpy"], 2) if "memcpy" in us else None,
                 "flops": case.flops, "bytes": case.bytes, "bytes_written": case.bytes_written,
+                "working_set": case.working_set,
                 **_peak_dtype(case, meta["kernels"][v]),
             })
         shown = "  ".join(f"{name} {t:.1f} us" for name, t in us.items())

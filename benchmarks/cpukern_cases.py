@@ -38,6 +38,7 @@ class Case:
     flops: int | None = None
     bytes: int | None = None
     bytes_written: int | None = None
+    working_set: int | None = None  # the bytes touched, where fewer than `bytes` (in place)
 
 
 def _in_variant(fn: Callable[[], Any]) -> Callable[[str], Callable[[], Any]]:
@@ -74,6 +75,7 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         return t.view(torch.bfloat16) if dtype == "bf16" else t
 
     torch_fn: Callable[[], Any] | None = None
+    footprint: int | None = None  # out of place: the traffic is the footprint
     if op == "rms_norm":
         x, w, out = rand(tokens, HIDDEN), rand(HIDDEN), rand(tokens, HIDDEN)
         copy_dst = np.empty_like(x)
@@ -108,6 +110,7 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         shape = [tokens, HIDDEN]
         written = 2 * tokens * HIDDEN * e  # x and the residual, in place
         traffic = 2 * written + HIDDEN * e
+        footprint = written + HIDDEN * e
     elif op == "silu_and_mul":
         x, out = rand(tokens, 2 * INTERMEDIATE), rand(tokens, INTERMEDIATE)
         copy_dst = np.empty_like(x)
@@ -152,11 +155,12 @@ def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
         shape = [tokens, HIDDEN]
         written = tokens * (HIDDEN + KV_HEADS * HEAD_SIZE) * e  # q and k, in place
         traffic = 2 * written + tokens * (HEAD_SIZE * e + 8)  # + a cache row and a position per token
+        footprint = traffic - written
         del heads
     else:
         raise ValueError(f"unknown op {op!r} (known: {', '.join(OPS)})")
     return Case(op=op, dtype=dtype, shape=shape, cpukern=fn, for_variant=_in_variant(fn), torch=torch_fn, memcpy=copy,
-                bytes=traffic, bytes_written=written)
+                bytes=traffic, bytes_written=written, working_set=footprint)
 
 
 def gemm_case(op: str, m: int, *, has_torch: bool, n: int = GEMM_NK, k: int = GEMM_NK) -> Case:

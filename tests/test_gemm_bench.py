@@ -44,25 +44,29 @@ def cpubuild(*args: str) -> subprocess.CompletedProcess[str]:
 def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "ladder.png"
-    proc = cpubuild("bench", "--ops", "gemm_w8a8,rms_norm", "--m", "1", "--tokens", "1", "--dtypes", "bf16",
+    proc = cpubuild("bench", "--ops", "gemm_w8a8,rms_norm,fused_add_rms_norm", "--m", "1", "--tokens", "1", "--dtypes", "bf16",
                     "--rounds", "1", "--round-ms", "1", "--no-torch", "--json", "--plot", str(png))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     records = out["records"]
     variants = cpukern.supported_variants()
-    assert [(r["op"], r["variant"]) for r in records] == [(op, v) for op in ("gemm_w8a8", "rms_norm") for v in variants]
+    ops = ("gemm_w8a8", "rms_norm", "fused_add_rms_norm")
+    assert [(r["op"], r["variant"]) for r in records] == [(op, v) for op in ops for v in variants]
     for r in records:
         assert {"op", "dtype", "shape", "variant", "us", "torch_us", "memcpy_us", "flops", "bytes", "bytes_written",
-                "bound", "pct_bound", "pct_peak", "pct_bandwidth", "torch_pct_bound"} <= set(r)
+                "working_set", "bound", "pct_bound", "pct_peak", "pct_bandwidth", "torch_pct_bound"} <= set(r)
         assert r["us"] > 0 and r["torch_us"] is None
-        assert r["memcpy_us"] > 0  # GEMV and rms_norm are memory-bound
-        assert r["bound"] == ("memory" if r["op"] == "rms_norm" else max(
+        assert r["memcpy_us"] > 0  # GEMV and the norms are memory-bound
+        assert r["bound"] == ("memory" if r["op"] != "gemm_w8a8" else max(
             ("compute", r["pct_peak"]), ("memory", r["pct_bandwidth"]), key=lambda b: b[1])[0]), r
         assert math.isfinite(r["pct_bound"]) and r["pct_bound"] > 0, r
         assert 0 < r["pct_bandwidth"] <= r["pct_bound"], r  # the bound is the larger share
-        # bounded at its own working set, which the probe measured (issue 25)
+        # bounded at its own working set, which the probe measured (issue 25): its footprint,
+        # half its traffic where it works in place
         exact = {b["bytes"] for b in out["limits"]["bandwidth"] if b["exact"]}
-        assert r["bytes"] in exact and r["level"].endswith(" measured"), r
+        in_place = r["op"] == "fused_add_rms_norm"
+        assert (r["working_set"] is not None and r["working_set"] < r["bytes"]) == in_place, r
+        assert (r["working_set"] or r["bytes"]) in exact and r["level"].endswith(" measured"), r
     gemv = [r for r in records if r["op"] == "gemm_w8a8"]
     assert all(r["flops"] == 2 * 4096 * 4096 and 0 < r["pct_peak"] <= r["pct_bound"] for r in gemv)
     assert records[0]["shape"] == [1, 4096, 4096] and records[0]["dtype"] == "int8"

@@ -14,7 +14,8 @@ its ISA's widest vector), whatever `--variants` times: it measures the
 machine, not the probe.
 
 A record that declares its arithmetic (`flops`: operations, a multiply-add
-counts 2) and its memory traffic (`bytes`, of which `bytes_written`) gets
+counts 2) and its memory traffic (`bytes`, of which `bytes_written`; and
+`working_set`, its footprint, where that is less: an in-place op) gets
 the classic roofline bound, the larger of flops / peak and the time to move
 its bytes (read-only bytes at the read bandwidth, written bytes with as many
 read ones at the copy bandwidth), and the percentage of it that the kernel
@@ -177,15 +178,19 @@ def _label(b: Bandwidth) -> str:
 
 
 def bound(us: float, *, flops: float | None, nbytes: float | None, written: float | None,
-          peak_ops: float | None, ladder: Sequence[Bandwidth]) -> dict[str, Any]:
+          peak_ops: float | None, ladder: Sequence[Bandwidth], working_set: float | None = None) -> dict[str, Any]:
     """The roofline fields of one timed call: which bound applies (the slower of
     compute and memory), the percentage of it reached, both components, and
-    the cache level(s) the memory bound assumes."""
+    the cache level(s) the memory bound assumes. The levels are those of the
+    call's footprint (`working_set`, default `nbytes`): an in-place op moves
+    each byte twice but holds it once."""
     seconds = us * 1e-6
     t_compute = flops / peak_ops if flops and peak_ops else None
-    shares = level_shares(ladder, nbytes) if nbytes else []
-    t_memory = (sum(memory_seconds(n, (written or 0.0) * n / nbytes, b) for b, n in shares)
-                if nbytes and shares else None)
+    footprint = working_set or nbytes
+    shares = level_shares(ladder, footprint) if nbytes and footprint else []
+    # each level serves its share of the footprint, and that share of the traffic
+    t_memory = (sum(memory_seconds(nbytes * n / footprint, (written or 0.0) * n / footprint, b) for b, n in shares)
+                if nbytes and footprint and shares else None)
     out: dict[str, Any] = {"bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None, "level": None}
     if t_memory is not None:
         out["level"] = level_label(shares)
@@ -226,10 +231,10 @@ def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str
     dtype; torch's against the best peak this host measured for that dtype."""
     out = []
     for r in records:
-        flops, nbytes, written = r.get("flops"), r.get("bytes"), r.get("bytes_written")
+        flops, nbytes, written, footprint = r.get("flops"), r.get("bytes"), r.get("bytes_written"), r.get("working_set")
         peak = limits.peak(r["variant"], r.get("peak_dtype") or r["dtype"])
         fields = bound(r["us"], flops=flops, nbytes=nbytes, written=written,
-                       peak_ops=peak.ops_per_s if peak else None, ladder=limits.bandwidth)
+                       peak_ops=peak.ops_per_s if peak else None, ladder=limits.bandwidth, working_set=footprint)
         if flops and (peak is None or not peak.ops_per_s):
             fields["peak_note"] = peak.note if peak and peak.note else f"no {r['dtype']} peak for {r['variant']}"
         if not flops and not nbytes:
@@ -237,8 +242,8 @@ def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str
         best = limits.best_peak(r["dtype"])
         torch_us = r.get("torch_us")
         fields["torch_pct_bound"] = bound(torch_us, flops=flops, nbytes=nbytes, written=written,
-                                          peak_ops=best.ops_per_s if best else None,
-                                          ladder=limits.bandwidth)["pct_bound"] if torch_us else None
+                                          peak_ops=best.ops_per_s if best else None, ladder=limits.bandwidth,
+                                          working_set=footprint)["pct_bound"] if torch_us else None
         out.append({**r, **fields})
     return out
 

@@ -5,7 +5,7 @@ with tcmalloc preloaded, and measuring this host's roofline limits for them.
 The benchmark protocol (docs/project.md): `python SCRIPT --variants a,b [ARGS]`
 prints one JSON object ``{"meta": {"title", "threads"?}, "records": [{"op",
 "dtype", "shape", "variant", "us", "torch_us", "memcpy_us", "flops"?, "bytes"?,
-"bytes_written"?}], "targets": [...]}``; bad arguments exit 2 with one line
+"bytes_written"?, "working_set"?}], "targets": [...]}``; bad arguments exit 2 with one line
 on stderr.
 """
 
@@ -138,7 +138,8 @@ def measure_limits(project: Project, report: dict[str, Any], variants: Sequence[
     say = None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     with contextlib.nullcontext() if quiet else step("roofline: measuring this host's peaks and bandwidth"):
         return roofline.measure(arch=str(report.get("arch")), variants=infos, dtypes=dtypes, threads=threads, cc=cc,
-                                working_sets=[int(r["bytes"]) for r in records if r.get("bytes")], progress=say)
+                                working_sets=[int(r.get("working_set") or r["bytes"]) for r in records if r.get("bytes")],
+                                progress=say)
 
 
 def layer_bench_options(project: Project, *, cli: Mapping[str, Any], environ: Mapping[str, str], cwd: Path) -> BenchSettings:

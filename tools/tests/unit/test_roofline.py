@@ -152,6 +152,31 @@ def test_a_working_set_between_levels_is_bound_by_both() -> None:
     assert roofline.level_label(big) == "L3"  # the others serve under 5% each
 
 
+def test_an_in_place_record_is_bound_at_its_footprint_not_its_traffic() -> None:
+    """An in-place op (fused_add_rms_norm, issue 25) touching 24 MiB moves 48 (read and written
+    back): the levels are those of 24 MiB (L3 here), each serving its share of the traffic."""
+    footprint, traffic = 24 << 20, 48 << 20
+    shares = roofline.level_shares(LEVELS, footprint)
+    expected = sum(roofline.memory_seconds(2 * n, n, b) for b, n in shares)
+    out = roofline.bound(1000.0, flops=None, nbytes=traffic, written=footprint, peak_ops=None, ladder=LEVELS,
+                         working_set=footprint)
+    assert out["level"] == roofline.level_label(shares) == "L3"
+    assert out["pct_bound"] == pytest.approx(100 * expected / 1e-3, rel=1e-2)
+    by_traffic = roofline.bound(1000.0, flops=None, nbytes=traffic, written=footprint, peak_ops=None, ladder=LEVELS)
+    assert by_traffic["level"] == "L3+DRAM" and by_traffic["pct_bound"] > out["pct_bound"]
+    same = roofline.bound(1000.0, flops=None, nbytes=traffic, written=footprint, peak_ops=None, ladder=LEVELS,
+                          working_set=traffic)
+    assert same == by_traffic
+
+
+def test_annotate_passes_a_records_working_set() -> None:
+    limits = roofline.Limits(arch="x86_64", threads=2, compiler="gcc", llc_bytes=32 << 20, peaks=(), bandwidth=LEVELS)
+    rec = {"op": "fused_add_rms_norm", "dtype": "fp32", "shape": [512], "variant": "avx2", "us": 1000.0,
+           "bytes": 48 << 20, "bytes_written": 24 << 20}
+    plain, in_place = roofline.annotate([rec, {**rec, "working_set": 24 << 20}], limits)
+    assert plain["level"] == "L3+DRAM" and in_place["level"] == "L3"
+
+
 def test_the_split_bound_is_never_tighter_than_the_slower_level() -> None:
     for size in (1 << 10, 100 << 10, 700 << 10, 3 << 20, 40 << 20, 1 << 30):
         mixed = roofline.bound(1000.0, flops=None, nbytes=size, written=size // 4, peak_ops=None, ladder=LEVELS)
