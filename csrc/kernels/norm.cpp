@@ -78,8 +78,11 @@ void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv, const 
     int64_t i = 0;
     const char* pre = reinterpret_cast<const char*>(next);
     for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
-#ifndef CPUKERN_NO_ROW_PREFETCH  // a measuring knob: on one Intel host fp32 rows ran faster without it
-        if (pre) __builtin_prefetch(pre + i * sizeof(T), 0, 2);
+#ifndef CPUKERN_NO_ROW_PREFETCH  // a measuring knob (docs: examples/vllm-cpu/README.md)
+        // every line of the step: 128 bytes for AVX-512 fp32, where one prefetch per step
+        // (every other line) was slower than none on an Intel host
+        if (pre)
+            for (size_t off = 0; off < 2 * kLanes * sizeof(T); off += 64) __builtin_prefetch(pre + i * sizeof(T) + off, 0, 2);
 #endif
         VF a, b, wa, wb;
         load_pair(x + i, a, b);
