@@ -134,10 +134,8 @@ def worker(rounds: int, round_ms: float) -> dict[str, Any]:
     for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
         for op, ms in time_ops(dtype, rounds, round_ms / 1e3).items():
             results[f"{op} {tag}"] = ms
-    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").is_file() else ""
     return {"variant": vllm_cpu_ops.selected_isa(), "cpukern": cpukern.selected_isa(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "allocator": "tcmalloc" if "tcmalloc" in maps else "glibc malloc",
-            "ops": results}
+            "threads": torch.get_num_threads(), "ops": results}
 
 
 def build_wheel(out: Path) -> Path:
@@ -212,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 env["CPUKERN_ISA"] = variant
             run = run_python(site, ["_bench_vllm_cpu.py", "--worker", "--rounds", str(args.rounds),
                                     "--round-ms", str(args.round_ms)], env, tcmalloc=args.tcmalloc)
+            run["allocator"] = "tcmalloc" if args.tcmalloc else "glibc malloc"  # run_python exits without it
             runs.append(run)
             if not args.json:
                 print_table(run)
