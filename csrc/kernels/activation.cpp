@@ -14,16 +14,28 @@ using namespace simd;
 
 constexpr int64_t kBlock = 2048;  // columns per work unit (a multiple of every kLanes)
 
-// exp(-a) over the polynomial's range. Below -20, 1 + exp(-a) rounds to 1
-// anyway; above kExpHi exp(-a) overflows float32 (as it does in the scalar
-// reference and in torch): inf, so a / inf is -0 (NaN for a = -inf).
-// 16-bit outputs use the cheaper degree-5 exp.
+// silu(a) * b. 16-bit outputs use the cheaper degree-5 exp (and, with
+// AVX-512, no refinement of the reciprocal estimate).
 template <class T>
 inline VF silu_mul(VF a, VF b) {
-    constexpr int kDegree = std::is_same_v<T, float> ? 7 : 5;
-    VF e = exp_in_range<kDegree>(vmin(vmax(-a, splat(-20.0f)), splat(kExpHi)));
-    e = select(-a > splat(kExpHi), splat(__builtin_inff()), e);
+    constexpr bool k32 = std::is_same_v<T, float>;
+    constexpr int kDegree = k32 ? 7 : 5;
+#if defined(__AVX512F__)
+    // e = exp(-|a|) in [0, 1], subnormals included (vscalefps): 1 + e never
+    // overflows, and a < 0 takes sigmoid(a) = e / (1 + e), exact down to
+    // silu(-103). A NaN's min is 110: e = 0, the product stays NaN.
+    VF e = exp_in_range<kDegree>(-vmin(vabs(a), splat(110.0f)));
+    VF r = reciprocal_1_2<k32>(1.0f + e);
+    auto negative = _mm512_cmp_ps_mask((__m512)a, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return a * (VF)_mm512_mask_mul_ps((__m512)r, negative, (__m512)e, (__m512)r) * b;
+#else
+    // exp(-a) for -a in [-20, 89.5]: below -20, 1 + e rounds to 1; from
+    // 88.72 up e is inf (as exp(-a) overflows float32 in the scalar
+    // reference and in torch), so a / inf is -0 (NaN for a = -inf). A NaN's
+    // max is -20, the quotient stays NaN. One divide: a single uop to issue.
+    VF e = exp_in_range<kDegree>(vmin(vmax(-a, splat(-20.0f)), splat(kExpInf)));
     return a / (1.0f + e) * b;
+#endif
 }
 
 template <class T>

@@ -30,7 +30,7 @@
 // ----------------------------------------------------------------------------
 // FALLBACKS: intrinsics cpukern uses that SIMDe 0.7.4 lacks. Each is defined
 // only while SIMDe does not provide the name (a newer SIMDe takes over). The
-// first five are built from SIMDe's own validated operations by an identity
+// first seven are built from SIMDe's own validated operations by an identity
 // the Intel SDM states; _mm512_cvtneps_pbh is OUR transcription of the SDM
 // pseudocode of VCVTNEPS2BF16 and therefore does NOT verify that instruction:
 // the emulated avx512bf16 bf16 stores test the kernels around it only.
@@ -83,6 +83,19 @@ static inline simde__m256i cpukern_simde_mm512_cvtps_ph(simde__m512 a, int round
     return simde_mm256_set_m128i(hi, lo);
 }
 #define _mm512_cvtps_ph(a, rounding) cpukern_simde_mm512_cvtps_ph((a), (rounding))
+#endif
+
+// vreduceps zmm: the SDM defines it as src - ROUND(src * 2^M) * 2^-M with
+// VRNDSCALE's immediate encoding, so it is src minus SIMDe's roundscale.
+#if !defined(_mm512_reduce_ps)
+#define _mm512_reduce_ps(a, imm8) simde_mm512_sub_ps((a), simde_mm512_roundscale_ps((a), (imm8)))
+#endif
+
+// vrcp14ps zmm: the SDM bounds its relative error by 2^-14; the exact
+// reciprocal is inside that bound (the kernels' tolerance of the estimate
+// is checked natively, not here).
+#if !defined(_mm512_rcp14_ps)
+#define _mm512_rcp14_ps(a) simde_mm512_div_ps(simde_mm512_set1_ps(1.0f), (a))
 #endif
 
 // vcvtneps2bf16 zmm -> ymm, after the SDM's convert_fp32_to_bfloat16: zero

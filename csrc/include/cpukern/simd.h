@@ -41,6 +41,7 @@ typedef uint16_t VH __attribute__((vector_size(kBytes / 2)));
 
 inline VF splat(float x) { return VF{} + x; }
 inline VF select(VI mask, VF a, VF b) { return (VF)((mask & (VI)a) | (~mask & (VI)b)); }
+inline VF vabs(VF a) { return (VF)((VI)a & 0x7fffffff); }
 // vmax / vmin return b when a lane of a is NaN (x86 maxps / minps semantics).
 #if defined(__AVX512F__)
 inline VF vmax(VF a, VF b) { return (VF)_mm512_max_ps((__m512)a, (__m512)b); }
@@ -435,19 +436,43 @@ inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
 }
 #endif
 
-// exp(x) for float lanes, x in [kExpLo, kExpHi] (the caller clamps and
-// handles what lies outside): Cody-Waite reduction (|r| <= ln2/2), a
-// polynomial in r, and the scale 2^n applied as 2^(n-1) * 2 so that n = 128
-// (x up to 88.72, just below FLT_MAX) stays a normal float; the factor 2 is
-// folded into the coefficients. kDegree 7 (minimax): ~2 ulp, for float32
-// results. kDegree 5 (Taylor, ln 2 in one part): <= 2.7e-6 relative and
-// ~30% cheaper, for results rounded to bf16/fp16 (half an ulp there is
-// >= 2.4e-4).
-constexpr float kExpLo = -86.6f, kExpHi = 88.7228391f;
+// exp(x) for float lanes: Cody-Waite reduction (|r| <= ln2/2), a polynomial
+// in r, and the scale 2^n. kDegree 7 (minimax): ~2 ulp, for float32 results.
+// kDegree 5 (Taylor, ln 2 in one part): <= 2.7e-6 relative and ~30% cheaper,
+// for results rounded to bf16/fp16 (half an ulp there is >= 2.4e-4).
+// The scale is where ISAs differ. AVX-512's vscalefps takes any n, so x may
+// be anything in [-1e6, 1e6]: it overflows to inf and underflows through the
+// subnormals to 0 (kExpAnyRange). Elsewhere 2^(n-1) is built from the bits
+// of n and the factor 2 folded into the coefficients, so n = 128 (x up to
+// 88.72, just below FLT_MAX) stays a normal float: x must lie in [kExpLo,
+// 89.5]; from 88.72 up the result is inf (n = 129 gives the bits of inf).
+#if defined(__AVX512F__)
+constexpr bool kExpAnyRange = true;
+#else
+constexpr bool kExpAnyRange = false;
+#endif
+constexpr float kExpLo = -86.6f, kExpHi = 88.7228391f, kExpInf = 89.5f;
 
 template <int kDegree = 7>
 inline VF exp_in_range(VF x) {
     static_assert(kDegree == 7 || kDegree == 5, "exp_in_range: degree 5 or 7");
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    if constexpr (kDegree == 5) {
+        // Base 2 without the ln 2 split: t = x log2(e) rounded (<= 5.3e-6
+        // relative for |x| <= 110), f = t - floor(t) in [0, 1) in one
+        // vreduceps, 2^f by a degree-4 fit (2.7e-6) and vscalefps applies
+        // 2^floor(t): 7 instructions against 10.
+        VF t = x * 1.44269504088896341f;
+        VF f = (VF)_mm512_reduce_ps((__m512)t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        VF p = splat(1.3534014e-2f);
+        p = p * f + 5.2011319e-2f;
+        p = p * f + 0.24144320f;
+        p = p * f + 0.69300365f;
+        p = p * f + 1.0000026f;
+        return (VF)_mm512_scalef_ps((__m512)p, (__m512)t);
+    }
+#endif
+    constexpr float s = kExpAnyRange ? 1.0f : 2.0f;  // the factor folded into the coefficients
     const VF shifter = splat(12582912.0f);  // 1.5 * 2^23: round to nearest
     VF shifted = x * 1.44269504088896341f + shifter;  // n in its low mantissa bits
     VF n = shifted - shifter;
@@ -455,29 +480,45 @@ inline VF exp_in_range(VF x) {
     if constexpr (kDegree == 7) {  // ln 2 in two parts: r exact to float rounding
         r = x - n * 0.693359375f;
         r = r + n * 2.12194440e-4f;
-    } else {  // one part: |n| <= 128 moves r by < 2.5e-7, a tenth of degree 5's error
+    } else {  // one part: |n| <= 160 moves r by < 3e-7, a tenth of degree 5's error
         r = x - n * 0.693147182f;
     }
-    VF p;  // 2 * (the coefficients of r^7 .. r^2)
+    VF p;  // s * (the coefficients of r^7 .. r^2)
     if constexpr (kDegree == 7) {
-        p = splat(2 * 1.9875691500e-4f);
-        p = p * r + 2 * 1.3981999507e-3f;
-        p = p * r + 2 * 8.3334519073e-3f;
-        p = p * r + 2 * 4.1665795894e-2f;
-        p = p * r + 2 * 1.6666665459e-1f;
-        p = p * r + 2 * 5.0000001201e-1f;
+        p = splat(s * 1.9875691500e-4f);
+        p = p * r + s * 1.3981999507e-3f;
+        p = p * r + s * 8.3334519073e-3f;
+        p = p * r + s * 4.1665795894e-2f;
+        p = p * r + s * 1.6666665459e-1f;
+        p = p * r + s * 5.0000001201e-1f;
     } else {
-        p = splat(2.0f / 120);
-        p = p * r + 2.0f / 24;
-        p = p * r + 2.0f / 6;
-        p = p * r + 1.0f;
+        p = splat(s / 120);
+        p = p * r + s / 24;
+        p = p * r + s / 6;
+        p = p * r + s / 2;
     }
-    p = p * (r * r) + (r * 2.0f + 2.0f);  // 2 * exp(r)
+    p = p * (r * r) + (r * s + s);  // s * exp(r)
+#if defined(__AVX512F__)
+    return (VF)_mm512_scalef_ps((__m512)p, (__m512)n);
+#else
     // 2^(n-1) from the bits of n + 1.5 * 2^23 (0x4b400000 + n): the shift
     // drops the offset's bits, so no float -> int conversion is needed
     VI e = ((VI)shifted + 126) << 23;
     return p * (VF)e;
+#endif
 }
+
+#if defined(__AVX512F__)
+// 1 / d for d in [1, 2] from the 14-bit estimate, enough for results rounded
+// to bf16 / fp16; kRefine adds a Newton step for float32 (~1 ulp). The
+// divider takes 10-16 cycles per 512-bit vector; this, one to three uops.
+template <bool kRefine>
+inline VF reciprocal_1_2(VF d) {
+    VF r = (VF)_mm512_rcp14_ps((__m512)d);
+    if constexpr (kRefine) r = r + r * (1.0f - d * r);
+    return r;
+}
+#endif
 
 }  // namespace simd
 }  // namespace cpukern
