@@ -15,7 +15,7 @@ using namespace simd;
 constexpr int64_t kBlock = 2048;  // columns per work unit (a multiple of every kLanes)
 
 // silu(a) * b. 16-bit outputs use the cheaper degree-5 exp (and, with
-// AVX-512, no refinement of the reciprocal estimate).
+// AVX-512, the reciprocal estimate in place of the divider).
 template <class T>
 inline VF silu_mul(VF a, VF b) {
     constexpr bool k32 = std::is_same_v<T, float>;
@@ -25,9 +25,14 @@ inline VF silu_mul(VF a, VF b) {
     // overflows, and a < 0 takes sigmoid(a) = e / (1 + e), exact down to
     // silu(-103). A NaN's min is 110: e = 0, the product stays NaN.
     VF e = exp_in_range<kDegree>(-vmin(vabs(a), splat(110.0f)));
-    VF r = reciprocal_1_2<k32>(1.0f + e);
     auto negative = _mm512_cmp_ps_mask((__m512)a, _mm512_setzero_ps(), _CMP_LT_OQ);
-    return a * (VF)_mm512_mask_mul_ps((__m512)r, negative, (__m512)e, (__m512)r) * b;
+    if constexpr (k32) {  // the divider: exact, and as cheap as estimate + Newton step on AMD's cores
+        VF numerator = (VF)_mm512_mask_mov_ps(_mm512_set1_ps(1.0f), negative, (__m512)e);
+        return a * (numerator / (1.0f + e)) * b;
+    } else {
+        VF r = reciprocal_estimate(1.0f + e);
+        return a * (VF)_mm512_mask_mul_ps((__m512)r, negative, (__m512)e, (__m512)r) * b;
+    }
 #else
     // exp(-a) for -a in [-20, 89.5]: below -20, 1 + e rounds to 1; from
     // 88.72 up e is inf (as exp(-a) overflows float32 in the scalar

@@ -509,15 +509,9 @@ inline VF exp_in_range(VF x) {
 }
 
 #if defined(__AVX512F__)
-// 1 / d for d in [1, 2] from the 14-bit estimate, enough for results rounded
-// to bf16 / fp16; kRefine adds a Newton step for float32 (~1 ulp). The
-// divider takes 10-16 cycles per 512-bit vector; this, one to three uops.
-template <bool kRefine>
-inline VF reciprocal_1_2(VF d) {
-    VF r = (VF)_mm512_rcp14_ps((__m512)d);
-    if constexpr (kRefine) r = r + r * (1.0f - d * r);
-    return r;
-}
+// 1 / d within 2^-14 relative (vrcp14ps): enough for results rounded to
+// bf16 / fp16, where half an ulp is >= 2.4e-4.
+inline VF reciprocal_estimate(VF d) { return (VF)_mm512_rcp14_ps((__m512)d); }
 #endif
 
 }  // namespace simd

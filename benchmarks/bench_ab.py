@@ -1,0 +1,122 @@
+"""Two builds of one cpukern variant library, timed in one process, alternating.
+
+    python benchmarks/bench_ab.py OLD.so NEW.so silu_and_mul [--dtype bf16] [--rows 512] [--threads 2]
+    python benchmarks/bench_ab.py OLD.so NEW.so gemm_bf16 [--m 256] [--n 4096] [--k 4096]
+
+For a kernel change: the libraries (e.g. `_cpukern_avx512bf16.so` of two
+unpacked wheels, one built with a measuring macro) are loaded side by side
+through the C ABI, the calls alternate A B B A ... on the same inputs, and
+the medians and their ratio are printed; the results must agree. On this
+project's noisy 2-vCPU VMs two separate processes differ by up to 2x; calls
+alternating in one process see the same noise. Linux's AMX permission is
+requested first, so `amx` libraries run too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+I64, PTR = ctypes.c_int64, ctypes.c_void_p
+DTYPE_CODE = {"f32": 0, "bf16": 1}
+
+
+def request_amx() -> None:
+    libc = ctypes.CDLL(None)
+    libc.syscall(158, 0x1023, 18)  # arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); harmless elsewhere
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    return (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def as_float(x: np.ndarray) -> np.ndarray:
+    return (x.astype(np.uint32) << 16).view(np.float32) if x.dtype == np.uint16 else x.astype(np.float32)
+
+
+def silu_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
+    d = 11008
+    x = np.random.default_rng(0).standard_normal((args.rows, 2 * d)).astype(np.float32) * 4
+    xs = bf16_bits(x) if args.dtype == "bf16" else x
+    outs = [np.empty((args.rows, d), xs.dtype) for _ in libs]
+    code = DTYPE_CODE[args.dtype]
+
+    def call(lib: ctypes.CDLL, out: np.ndarray) -> Callable[[], int]:
+        return lambda: int(lib.cpukern_silu_and_mul(PTR(out.ctypes.data), PTR(xs.ctypes.data), I64(args.rows),
+                                                    I64(d), I64(2 * d), I64(d), ctypes.c_int32(code)))
+
+    return [call(lib, out) for lib, out in zip(libs, outs, strict=True)], outs
+
+
+def gemm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
+    m, n, k = args.m, args.n, args.k
+    rng = np.random.default_rng(0)
+    int8 = args.op == "gemm_w8a8"
+    if int8:
+        a, b = rng.integers(-127, 128, (m, k), dtype=np.int8), rng.integers(-127, 128, (k, n), dtype=np.int8)
+    else:
+        a, b = bf16_bits(rng.standard_normal((m, k))), bf16_bits(rng.standard_normal((k, n)))
+    scale_a, scale_b = np.ones(m, np.float32), np.ones(n, np.float32)
+    outs = [np.empty((m, n), np.float32) for _ in libs]
+    calls = []
+    for lib, out in zip(libs, outs, strict=True):
+        lib.cpukern_gemm_packed_bytes.restype = ctypes.c_int64
+        packed = np.empty(lib.cpukern_gemm_packed_bytes(int(int8), I64(k), I64(n)), np.uint8)
+        status = lib.cpukern_gemm_pack_b(int(int8), PTR(b.ctypes.data), I64(k), I64(n), I64(n), I64(1),
+                                         PTR(packed.ctypes.data))
+        if status != 0:
+            raise SystemExit(f"cpukern_gemm_pack_b failed: {status}")
+
+        def call(lib: ctypes.CDLL = lib, out: np.ndarray = out, packed: np.ndarray = packed) -> int:
+            if int8:
+                return int(lib.cpukern_gemm_w8a8(PTR(a.ctypes.data), I64(k), PTR(scale_a.ctypes.data),
+                                                 PTR(packed.ctypes.data), PTR(scale_b.ctypes.data), I64(m), I64(n),
+                                                 I64(k), PTR(out.ctypes.data), I64(n), ctypes.c_int32(0)))
+            return int(lib.cpukern_gemm_bf16(PTR(a.ctypes.data), I64(k), PTR(packed.ctypes.data), I64(m), I64(n),
+                                             I64(k), PTR(out.ctypes.data), I64(n), ctypes.c_int32(0)))
+
+        calls.append(call)
+    return calls, outs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("lib_a")
+    parser.add_argument("lib_b")
+    parser.add_argument("op", choices=["silu_and_mul", "gemm_bf16", "gemm_w8a8"])
+    parser.add_argument("--dtype", choices=list(DTYPE_CODE), default="bf16", help="silu_and_mul's dtype")
+    parser.add_argument("--rows", type=int, default=512, help="silu_and_mul's rows (x is rows x 22016)")
+    parser.add_argument("--m", type=int, default=256)
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--k", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=0, help="cpukern threads (default: its own choice)")
+    parser.add_argument("--rounds", type=int, default=21)
+    args = parser.parse_args()
+    request_amx()
+    libs = [ctypes.CDLL(path) for path in (args.lib_a, args.lib_b)]
+    if args.threads:
+        for lib in libs:
+            lib.cpukern_set_num_threads(args.threads)
+    calls, outs = (silu_calls if args.op == "silu_and_mul" else gemm_calls)(libs, args)
+    times: list[list[float]] = [[], []]
+    for r in range(args.rounds):
+        for which in (0, 1) if r % 2 else (1, 0):
+            start = time.perf_counter()
+            if calls[which]() != 0:
+                raise SystemExit(f"{args.op} failed in {(args.lib_a, args.lib_b)[which]}")
+            times[which].append(time.perf_counter() - start)
+    got_a, got_b = (as_float(o) for o in outs)
+    if not np.allclose(got_a, got_b, rtol=1e-2, atol=1e-2, equal_nan=True):
+        raise SystemExit("the two builds disagree")
+    med = [statistics.median(t) * 1e6 for t in times]
+    print(f"{args.op}: A median {med[0]:.0f} us (best {min(times[0]) * 1e6:.0f}) | "
+          f"B median {med[1]:.0f} us (best {min(times[1]) * 1e6:.0f}) | B/A {med[1] / med[0]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
