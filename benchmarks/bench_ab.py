@@ -1,6 +1,7 @@
 """Two builds of one cpukern variant library, timed in one process, alternating.
 
     python benchmarks/bench_ab.py OLD.so NEW.so silu_and_mul [--dtype bf16] [--rows 512] [--threads 2]
+    python benchmarks/bench_ab.py OLD.so NEW.so rms_norm|fused_add_rms_norm [--dtype f32] [--rows 512]
     python benchmarks/bench_ab.py OLD.so NEW.so gemm_bf16 [--m 256] [--n 4096] [--k 4096]
 
 For a kernel change: the libraries (e.g. `_cpukern_avx512bf16.so` of two
@@ -53,6 +54,32 @@ def silu_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[
     return [call(lib, out) for lib, out in zip(libs, outs, strict=True)], outs
 
 
+def norm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
+    """rms_norm, or fused_add_rms_norm in place on each library's own copies
+    (residual += x, x = norm(residual): repeated calls stay finite)."""
+    hidden, rows, code = 4096, args.rows, DTYPE_CODE[args.dtype]
+    rng = np.random.default_rng(0)
+    def data(shape: tuple[int, ...]) -> np.ndarray:
+        x = rng.standard_normal(shape).astype(np.float32)
+        return bf16_bits(x) if args.dtype == "bf16" else x
+    x, w, residual = data((rows, hidden)), data((hidden,)), data((rows, hidden))
+    fused = args.op == "fused_add_rms_norm"
+    calls, outs = [], []
+    for lib in libs:
+        first = x.copy() if fused else x
+        second = residual.copy() if fused else np.empty_like(x)
+        outs.append(first if fused else second)
+
+        def call(lib: ctypes.CDLL = lib, first: np.ndarray = first, second: np.ndarray = second) -> int:
+            ptrs = (PTR(first.ctypes.data), PTR(second.ctypes.data)) if fused else (PTR(second.ctypes.data), PTR(first.ctypes.data))
+            fn = lib.cpukern_fused_add_rms_norm if fused else lib.cpukern_rms_norm
+            return int(fn(*ptrs, PTR(w.ctypes.data), I64(rows), I64(hidden), I64(hidden), I64(hidden),
+                          ctypes.c_float(1e-6), ctypes.c_int32(code)))
+
+        calls.append(call)
+    return calls, outs
+
+
 def gemm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
     m, n, k = args.m, args.n, args.k
     rng = np.random.default_rng(0)
@@ -84,13 +111,17 @@ def gemm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[
     return calls, outs
 
 
+CALLS = {"silu_and_mul": silu_calls, "rms_norm": norm_calls, "fused_add_rms_norm": norm_calls,
+         "gemm_bf16": gemm_calls, "gemm_w8a8": gemm_calls}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("lib_a")
     parser.add_argument("lib_b")
-    parser.add_argument("op", choices=["silu_and_mul", "gemm_bf16", "gemm_w8a8"])
-    parser.add_argument("--dtype", choices=list(DTYPE_CODE), default="bf16", help="silu_and_mul's dtype")
-    parser.add_argument("--rows", type=int, default=512, help="silu_and_mul's rows (x is rows x 22016)")
+    parser.add_argument("op", choices=list(CALLS))
+    parser.add_argument("--dtype", choices=list(DTYPE_CODE), default="bf16", help="the element-wise ops' dtype")
+    parser.add_argument("--rows", type=int, default=512, help="their rows (silu_and_mul: x 22016, norms: x 4096)")
     parser.add_argument("--m", type=int, default=256)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--k", type=int, default=4096)
@@ -102,7 +133,7 @@ def main() -> None:
     if args.threads:
         for lib in libs:
             lib.cpukern_set_num_threads(args.threads)
-    calls, outs = (silu_calls if args.op == "silu_and_mul" else gemm_calls)(libs, args)
+    calls, outs = CALLS[args.op](libs, args)
     times: list[list[float]] = [[], []]
     for r in range(args.rounds):
         for which in (0, 1) if r % 2 else (1, 0):

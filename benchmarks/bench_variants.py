@@ -51,7 +51,7 @@ TARGETS: tuple[dict[str, Any], ...] = (
     {"op": "gemm_w8a8", "shape": [256], "versus": "bound", "min": 75, "each_variant": True,
      "variants": ["baseline", "avx2", "avx512"]},
     {"op": "gemm_w8a8", "shape": [256], "versus": "bound", "min": 85, "each_variant": True,
-     "variants": ["avx512vnni", "avx512bf16", "amx"]},
+     "variants": ["avxvnni", "avx512vnni", "avx512bf16", "amx"]},
 )
 
 

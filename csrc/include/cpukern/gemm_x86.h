@@ -1,8 +1,6 @@
-// x86 micro-kernels for the AVX-512 BF16, VNNI and AMX variants. They consume
+// x86 micro-kernels for the AVX-512 BF16, VNNI, AVX-VNNI and AMX variants. They consume
 // the shared packed-B layout (gemm.h) and run inside the shared blocking, so
 // only the inner loops below are specific to these ISAs.
-// NOTE: the build host of this project has no AVX-512 and no AMX: these
-// kernels are compiled on every x86 build but execute only on such CPUs.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -58,17 +56,47 @@ struct Dpbf16 {
 };
 #endif
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#if (defined(__AVX512F__) && defined(__AVX512VNNI__)) || defined(__AVXVNNI__)
 // vpdpbusd multiplies unsigned by signed bytes: A is offset by +128 (a ^ 0x80)
-// and the epilogue subtracts 128 * sum_k b[k][n] (exact in int32).
+// and the epilogue subtracts 128 * sum_k b[k][n] (exact in int32). One
+// kernel for AVX-512 VNNI (zmm, 8 rows: 32 registers) and AVX-VNNI (its VEX
+// form on ymm, 6 rows: 12 accumulators + 2 B + 1 A of 16 registers).
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+struct VnniVec {
+    using V = __m512i;
+    static constexpr int kRows = 8, kLanes = 16;
+    static constexpr int64_t kMcTarget = 256;
+    static constexpr const char* kName = "vpdpbusd";
+    static V load(const void* p) { return _mm512_loadu_si512(p); }
+    static void store(void* p, V v) { _mm512_storeu_si512(p, v); }
+    static V zero() { return _mm512_setzero_si512(); }
+    static V splat(uint32_t x) { return _mm512_set1_epi32(int32_t(x)); }
+    static V dot(V acc, V a, V b) { return _mm512_dpbusd_epi32(acc, a, b); }
+};
+#else
+struct VnniVec {
+    using V = __m256i;
+    static constexpr int kRows = 6, kLanes = 8;
+    static constexpr int64_t kMcTarget = 96;
+    static constexpr const char* kName = "vpdpbusd ymm";
+    static V load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+    static void store(void* p, V v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+    static V zero() { return _mm256_setzero_si256(); }
+    static V splat(uint32_t x) { return _mm256_set1_epi32(int32_t(x)); }
+    static V dot(V acc, V a, V b) { return _mm256_dpbusd_avx_epi32(acc, a, b); }
+};
+#endif
+
 struct Vnni {
     using AIn = int8_t;
     using APack = uint32_t;  // four (a + 128) bytes, k order
     using Acc = int32_t;
-    static constexpr int MR = 8, NR = 32, KG = 4, kAkg = 4, APER = 1;
-    static constexpr int64_t kMcTarget = 256, kNcTarget = 256, kKcTarget = 512;
+    using V = VnniVec::V;
+    static constexpr int MR = VnniVec::kRows, NR = 2 * VnniVec::kLanes, KG = 4, kAkg = 4, APER = 1;
+    static constexpr int64_t kMcTarget = VnniVec::kMcTarget, kNcTarget = 256, kKcTarget = 512;
     static constexpr bool kOffsetA = true;
-    static constexpr const char* kName = "vpdpbusd";
+    static constexpr const char* kName = VnniVec::kName;
+    static constexpr int kGroupBytes = NR * KG;
 
     static void begin() {}
     static void end() {}
@@ -80,27 +108,27 @@ struct Vnni {
 
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
-        __m512i acc[R][2];
+        V acc[R][2];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            acc[r][0] = load_c ? _mm512_loadu_si512(c + r * ldc) : _mm512_setzero_si512();
-            acc[r][1] = load_c ? _mm512_loadu_si512(c + r * ldc + 16) : _mm512_setzero_si512();
+            acc[r][0] = load_c ? VnniVec::load(c + r * ldc) : VnniVec::zero();
+            acc[r][1] = load_c ? VnniVec::load(c + r * ldc + VnniVec::kLanes) : VnniVec::zero();
         }
         const int64_t groups = kk / KG;
         for (int64_t g = 0; g < groups; ++g) {
-            if constexpr (R <= 2) stream_ahead<128>(b + g * 128);
-            const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
+            if constexpr (R <= 2) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
+            const V b0 = VnniVec::load(b + g * kGroupBytes), b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i ab = _mm512_set1_epi32(int32_t(a[g * MR + r]));
-                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], ab, b0);
-                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], ab, b1);
+                const V ab = VnniVec::splat(a[g * MR + r]);
+                acc[r][0] = VnniVec::dot(acc[r][0], ab, b0);
+                acc[r][1] = VnniVec::dot(acc[r][1], ab, b1);
             }
         }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            _mm512_storeu_si512(c + r * ldc, acc[r][0]);
-            _mm512_storeu_si512(c + r * ldc + 16, acc[r][1]);
+            VnniVec::store(c + r * ldc, acc[r][0]);
+            VnniVec::store(c + r * ldc + VnniVec::kLanes, acc[r][1]);
         }
     }
 };

@@ -17,7 +17,7 @@ from test_index_publish import cli
 from testsupport import CPUKERN_MATRIX, REPO
 
 ARCHES = ["x86_64", "aarch64", "s390x"]
-TWO = ({"arch": "x86_64", "isa": "avx2,avx512"}, {"arch": "amd64", "isa": "amx, avx512bf16,avx512vnni"})
+TWO = ({"arch": "x86_64", "isa": "avx512,avx2,avxvnni"}, {"arch": "amd64", "isa": "amx, avx512bf16,avx512vnni"})
 
 
 def pipeline(groups: tuple[dict[str, str], ...]) -> Pipeline:
@@ -31,7 +31,7 @@ def test_groups_fan_out_the_build_and_a_merge_job_per_arch() -> None:
     jobs = workflow["jobs"]
     rows = jobs["build"]["strategy"]["matrix"]["include"]
     assert [(r["arch"], r["isa"], r["artifact"]) for r in rows] == [
-        ("x86_64", "avx2,avx512", "partial-x86_64-1"),
+        ("x86_64", "avx2,avxvnni,avx512", "partial-x86_64-1"),
         ("x86_64", "avx512vnni,avx512bf16,amx", "partial-x86_64-2"),  # matrix order, whatever the setting's
         ("aarch64", "all", "wheels-aarch64"), ("s390x", "all", "wheels-s390x")]
     build = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
@@ -63,7 +63,8 @@ def test_without_groups_one_job_per_arch_and_no_merge() -> None:
      (({"arch": "x86_64", "isa": "avx2,neon"}, {"arch": "x86_64", "isa": "amx"}), "entry 1: 'neon' is not a variant of x86_64"),
      (({"arch": "x86_64", "isa": "baseline"},), "entry 1: names no variant besides the baseline"),
      (({"arch": "x86_64", "isa": "avx2,avx512"}, {"arch": "x86_64", "isa": "avx512,amx"}), "entry 2: 'avx512' is already in"),
-     (({"arch": "x86_64", "isa": "avx2,avx512"}, {"arch": "x86_64", "isa": "amx"}), "x86_64: avx512vnni, avx512bf16 in no group"),
+     (({"arch": "x86_64", "isa": "avx2,avxvnni,avx512"}, {"arch": "x86_64", "isa": "amx"}),
+      "x86_64: avx512vnni, avx512bf16 in no group"),
      (({"arch": "s390x", "isa": "vxe"},), "s390x has one group")],
 )
 def test_groups_that_do_not_fit_the_matrix_are_refused(groups: tuple[dict[str, str], ...], message: str) -> None:
@@ -76,7 +77,7 @@ def test_a_bad_group_in_pyproject_is_one_line_and_writes_nothing(tmp_path: Path)
     project = tmp_path / "p"
     project.mkdir()
     shutil.copy(REPO / "isa_matrix.toml", project)
-    text = (REPO / "pyproject.toml").read_text().replace('isa = "avx2,avx512"}', 'isa = "avx2"}')
+    text = (REPO / "pyproject.toml").read_text().replace('isa = "avx2,avxvnni,avx512"}', 'isa = "avx2,avxvnni"}')
     (project / "pyproject.toml").write_text(text)
     out = cli("ci", "--project", str(project), "--dir", str(project / "ci"))
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr

@@ -24,7 +24,7 @@ from testsupport import CPUKERN_MATRIX, REPO, require_host, require_tool
 
 pytestmark = [pytest.mark.slow]
 
-PARTIALS = ("avx2", "avx512,avx512vnni", "avx512bf16,amx")
+PARTIALS = ("avx2,avxvnni", "avx512,avx512vnni", "avx512bf16,amx")
 
 
 def cpubuild(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -96,12 +96,13 @@ def test_three_partials_merge_into_the_single_build_byte_for_byte(wheels: dict[s
 
 
 def test_merge_order_does_not_matter_and_a_subset_is_labelled_like_its_build(wheels: dict[str, Path], tmp_path: Path) -> None:
-    proc = cpubuild("merge", str(wheels["avx512bf16,amx"]), str(wheels["avx2"]), "--out", str(tmp_path))
+    proc = cpubuild("merge", str(wheels["avx512bf16,amx"]), str(wheels["avx2,avxvnni"]), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     merged = Path(proc.stdout.strip().splitlines()[-1])
-    assert "+" in merged.name and ".cpu.avx2.avx512bf16.amx-" in merged.name  # the label of --isa avx2,avx512bf16,amx
+    # the label of --isa avx2,avxvnni,avx512bf16,amx
+    assert "+" in merged.name and ".cpu.avx2.avxvnni.avx512bf16.amx-" in merged.name
     contents = wheelzip.inspect(merged)
-    assert set(contents.built_variants) == {"baseline", "avx2", "avx512bf16", "amx"}
+    assert set(contents.built_variants) == {"baseline", "avx2", "avxvnni", "avx512bf16", "amx"}
     assert wheelzip.record_problems(merged) == []
     with zipfile.ZipFile(merged) as z:
         version_py = z.read(f"{contents.manifest_dir}/_version.py").decode()
@@ -120,8 +121,8 @@ def test_aarch64_cross_partials_merge_byte_for_byte(tmp_path: Path) -> None:
 
 
 def test_another_commit_is_refused(wheels: dict[str, Path], tmp_path: Path) -> None:
-    other = Path(wheelzip.set_version(rewrite(wheels["avx2"], tmp_path / "copy", {}),
-                                      wheelzip.inspect(wheels["avx2"]).version.replace("+g", "+g0000000.g")))
+    other = Path(wheelzip.set_version(rewrite(wheels["avx2,avxvnni"], tmp_path / "copy", {}),
+                                      wheelzip.inspect(wheels["avx2,avxvnni"]).version.replace("+g", "+g0000000.g")))
     refused([other, wheels["avx512,avx512vnni"]], tmp_path / "out", "source version")
 
 
@@ -131,24 +132,24 @@ def test_other_flags_are_refused(wheels: dict[str, Path], tmp_path: Path) -> Non
 
 
 def test_overlapping_variant_with_other_bytes_is_refused(wheels: dict[str, Path], tmp_path: Path) -> None:
-    contents = wheelzip.inspect(wheels["avx2"])
+    contents = wheelzip.inspect(wheels["avx2,avxvnni"])
     lib = contents.variant_libraries["avx2"]
-    with zipfile.ZipFile(wheels["avx2"]) as z:
+    with zipfile.ZipFile(wheels["avx2,avxvnni"]) as z:
         data = bytearray(z.read(lib))
     data[-1] ^= 0xFF
-    changed = rewrite(wheels["avx2"], tmp_path / "changed", {lib: bytes(data)})
+    changed = rewrite(wheels["avx2,avxvnni"], tmp_path / "changed", {lib: bytes(data)})
     refused([changed, wheels["all"]], tmp_path / "out", "'avx2'", "different bytes")
 
 
 def test_a_partial_without_the_baseline_is_refused(wheels: dict[str, Path], tmp_path: Path) -> None:
-    contents = wheelzip.inspect(wheels["avx2"])
+    contents = wheelzip.inspect(wheels["avx2,avxvnni"])
     lib = contents.variant_libraries["baseline"]
-    refused([rewrite(wheels["avx2"], tmp_path / "nobase", {lib: None}), wheels["avx512,avx512vnni"]], tmp_path / "out",
+    refused([rewrite(wheels["avx2,avxvnni"], tmp_path / "nobase", {lib: None}), wheels["avx512,avx512vnni"]], tmp_path / "out",
             "lacks the baseline")
 
 
 def test_not_a_wheel_and_one_partial_are_refused(wheels: dict[str, Path], tmp_path: Path) -> None:
     junk = tmp_path / "junk-1.0-py3-none-any.whl"
     junk.write_bytes(b"not a zip")
-    refused([junk, wheels["avx2"]], tmp_path / "out", "not a readable wheel")
-    refused([wheels["avx2"]], tmp_path / "out", "at least two")
+    refused([junk, wheels["avx2,avxvnni"]], tmp_path / "out", "not a readable wheel")
+    refused([wheels["avx2,avxvnni"]], tmp_path / "out", "at least two")

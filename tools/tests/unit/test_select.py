@@ -153,7 +153,7 @@ SKYLAKE_SET = HASWELL_SET | {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx
         (IVY_BRIDGE, "baseline", SSE4 | {"avx", "f16c"}),
         (HASWELL, "avx2", HASWELL_SET),
         (ZEN3, "avx2", HASWELL_SET),
-        (ALDER_LAKE, "avx2", HASWELL_SET | {"avx_vnni"}),
+        (ALDER_LAKE, "avxvnni", HASWELL_SET | {"avx_vnni"}),
         (SKYLAKE_SP, "avx512", SKYLAKE_SET),
         (CASCADE_LAKE, "avx512vnni", SKYLAKE_SET | {"avx512_vnni"}),
         (COOPER_LAKE, "avx512bf16", SKYLAKE_SET | {"avx512_vnni", "avx512_bf16"}),
