@@ -70,23 +70,19 @@ float sum_squares_exact(const T* x, int64_t hidden) {
 }
 
 // out = x * inv * w, rounded once to T. W: T, or float (widened by with_weights).
-// `next` and `next2` (rows the next row's first pass reads, or null) are
-// prefetched as we go: that pass then reads from L2, not from L3 or memory.
+// `next` (the next row, or null) is prefetched as we go: its sum of squares
+// then reads from L2, not from L3 or memory, at the start of the next row.
 template <class T, class W>
-void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv, const T* next = nullptr,
-               const T* next2 = nullptr) {
+void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv, const T* next = nullptr) {
     VF s = splat(inv);
     int64_t i = 0;
     const char* pre = reinterpret_cast<const char*>(next);
-    const char* pre2 = reinterpret_cast<const char*>(next2);
     for (; i + 2 * kLanes <= hidden; i += 2 * kLanes) {
 #ifndef CPUKERN_NO_ROW_PREFETCH  // a measuring knob (docs: examples/vllm-cpu/README.md)
         // every line of the step: 128 bytes for AVX-512 fp32, where one prefetch per step
         // (every other line) was slower than none on an Intel host
-        for (size_t off = 0; off < 2 * kLanes * sizeof(T); off += 64) {
-            if (pre) __builtin_prefetch(pre + i * sizeof(T) + off, 0, 2);
-            if (pre2) __builtin_prefetch(pre2 + i * sizeof(T) + off, 0, 2);
-        }
+        if (pre)
+            for (size_t off = 0; off < 2 * kLanes * sizeof(T); off += 64) __builtin_prefetch(pre + i * sizeof(T) + off, 0, 2);
 #endif
         VF a, b, wa, wb;
         load_pair(x + i, a, b);
@@ -179,13 +175,7 @@ void fused_add_rms_norm(T* x, T* residual, const T* w, int64_t rows, int64_t hid
                     VF a = load_partial(rr + i, n);
                     acc1 += a * a;
                 }
-#ifdef CPUKERN_FUSED_ROW_PREFETCH
-                const bool more = r + 1 < end;
-                scale_row(xr, rr, wv, hidden, inv_rms(reduce_add(acc0 + acc1), hidden, eps),
-                          more ? xr + x_stride : nullptr, more ? rr + res_stride : nullptr);
-#else
                 scale_row(xr, rr, wv, hidden, inv_rms(reduce_add(acc0 + acc1), hidden, eps));
-#endif
             }
         });
     });
