@@ -186,11 +186,14 @@ def bound(us: float, *, flops: float | None, nbytes: float | None, written: floa
     each byte twice but holds it once."""
     seconds = us * 1e-6
     t_compute = flops / peak_ops if flops and peak_ops else None
-    footprint = working_set or nbytes
-    shares = level_shares(ladder, footprint) if nbytes and footprint else []
-    # each level serves its share of the footprint, and that share of the traffic
-    t_memory = (sum(memory_seconds(nbytes * n / footprint, (written or 0.0) * n / footprint, b) for b, n in shares)
-                if nbytes and footprint and shares else None)
+    shares: list[tuple[Bandwidth, float]] = []
+    t_memory = None
+    if nbytes:
+        footprint = working_set or nbytes
+        shares = level_shares(ladder, footprint)
+        # each level serves its share of the footprint, and that share of the traffic
+        if shares:
+            t_memory = sum(memory_seconds(nbytes * n / footprint, (written or 0.0) * n / footprint, b) for b, n in shares)
     out: dict[str, Any] = {"bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None, "level": None}
     if t_memory is not None:
         out["level"] = level_label(shares)
