@@ -444,14 +444,14 @@ inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
 // be anything in [-1e6, 1e6]: it overflows to inf and underflows through the
 // subnormals to 0 (kExpAnyRange). Elsewhere 2^(n-1) is built from the bits
 // of n and the factor 2 folded into the coefficients, so n = 128 (x up to
-// 88.72, just below FLT_MAX) stays a normal float: x must lie in [kExpLo,
-// 89.5]; from 88.72 up the result is inf (n = 129 gives the bits of inf).
+// 88.72, just below FLT_MAX) stays a normal float: x must lie in [-86.6,
+// kExpInf]; from 88.72 up the result is inf (n = 129 gives the bits of inf).
 #if defined(__AVX512F__)
 constexpr bool kExpAnyRange = true;
 #else
 constexpr bool kExpAnyRange = false;
 #endif
-constexpr float kExpLo = -86.6f, kExpHi = 88.7228391f, kExpInf = 89.5f;
+constexpr float kExpInf = 89.5f;
 
 template <int kDegree = 7>
 inline VF exp_in_range(VF x) {
