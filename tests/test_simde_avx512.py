@@ -62,7 +62,7 @@ COMMON_FLAGS = ("-std=gnu++17", "-O3", "-ffp-contract=fast", "-fno-math-errno", 
 @dataclass(frozen=True, kw_only=True)
 class Emulated:
     variant: str  # the matrix variant whose code paths are compiled
-    host_flags: tuple[str, ...]  # flags of the best variant this CPU runs natively
+    host_flags: tuple[str, ...]  # flags of the variant below it this CPU runs natively
     macros: tuple[str, ...]  # feature macros the variant's flags define beyond the host's
 
     @property
@@ -91,9 +91,14 @@ def plan() -> list[Emulated]:
     flags = {v.name: tuple(v.flags_for("gcc")) for v in matrix.variants_for("x86_64")}
     macros = {name: feature_macros(f) for name, f in flags.items()}
     native = [n for n in cpukern.supported_variants() if not macros[n] & SIMDE_MACROS]
-    host = native[-1]  # highest priority without AVX-512: its code runs here
     plans = []
     for name in flags:
+        # the highest-priority variant without AVX-512 whose features this one has (avx2, not a
+        # sibling such as avxvnni): its code runs here, SIMDe adds the rest
+        hosts = [n for n in native if macros[n] <= macros[name]]
+        if not hosts:
+            continue
+        host = hosts[-1]
         extra = macros[name] - macros[host]
         if extra and extra <= SIMDE_MACROS:
             plans.append(Emulated(variant=name, host_flags=flags[host], macros=tuple(sorted(extra))))

@@ -58,7 +58,7 @@ using Int8 = Kernels<Vnni, Vnni, 0>;
 #elif defined(__AVX512VNNI__)
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<Vnni, Vnni, 0>;
-#elif defined(__AVXVNNI__)
+#elif defined(__AVXVNNI__) && !defined(__AVX512F__)
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<Vnni, Vnni, 0>;
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_MATMUL_INT8) && defined(CPUKERN_NEON_BF16)

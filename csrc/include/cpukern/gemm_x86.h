@@ -56,7 +56,7 @@ struct Dpbf16 {
 };
 #endif
 
-#if (defined(__AVX512F__) && defined(__AVX512VNNI__)) || defined(__AVXVNNI__)
+#if (defined(__AVX512F__) && defined(__AVX512VNNI__)) || (defined(__AVXVNNI__) && !defined(__AVX512F__))
 // vpdpbusd multiplies unsigned by signed bytes: A is offset by +128 (a ^ 0x80)
 // and the epilogue subtracts 128 * sum_k b[k][n] (exact in int32). One
 // kernel for AVX-512 VNNI (zmm, 8 rows: 32 registers) and AVX-VNNI (its VEX

@@ -179,7 +179,7 @@ def test_variant_wheels_hold_their_levels_and_describe_themselves(built: dict[st
     cpukern = built["cpukern"]
     assert set(cpukern.variants) == {"x86_64_v1", "x86_64_v3", "x86_64_v4", "null"}
     assert cpukern.variants["x86_64_v1"]["variants"] == ["baseline"]
-    assert cpukern.variants["x86_64_v3"]["variants"] == ["baseline", "avx2"]
+    assert cpukern.variants["x86_64_v3"]["variants"] == ["baseline", "avx2", "avxvnni"]
     everything = [v.name for v in load_matrix(CPUKERN_MATRIX).variants_for("x86_64")]
     assert cpukern.variants["x86_64_v4"]["variants"] == cpukern.variants["null"]["variants"] == everything
     for b in built.values():
