@@ -61,10 +61,12 @@ def _layout_and_sections(f: BinaryIO) -> tuple[_Layout, list[_Section]]:
     fields = struct.unpack(header, _read(f, 16, struct.calcsize(header)))
     shoff, shentsize, shnum = fields[5], fields[10], fields[11]
     entry = f"{layout.order}II{w}{w}{w}{w}II{w}{w}"  # name type flags addr offset size link info align entsize
-    if shoff == 0 or shnum == 0:
+    if shoff == 0:
         return layout, []
     if shentsize < struct.calcsize(entry):
         raise ElfFormatError(f"section header entries of {shentsize} bytes")
+    if shnum == 0:  # extended numbering (0xff00 sections or more): the count is section 0's sh_size
+        shnum = struct.unpack_from(entry, _read(f, shoff, shentsize))[5]
     table = _read(f, shoff, shentsize * shnum)
     sections = []
     for i in range(shnum):

@@ -69,6 +69,25 @@ def test_torchs_libraries() -> None:
         assert_same(lib / name)
 
 
+def test_extended_section_numbering(tmp_path: Path) -> None:
+    """A file with 0xff00 sections or more keeps e_shnum 0 and the count in section 0's
+    sh_size (the ELF gABI): the same library rewritten that way reads the same."""
+    require_tool("g++")
+    (tmp_path / "greet.cpp").write_text(SOURCE)
+    lib = tmp_path / "libgreet.so"
+    run(["g++", "-shared", "-fPIC", "-O1", "-o", str(lib), str(tmp_path / "greet.cpp")])
+    before = (elfdynamic.needed(lib), elfdynamic.dynamic_symbols(lib))
+    data = bytearray(lib.read_bytes())
+    assert data[4] == 2 and data[5] == 1  # ELF64, little-endian, as this host builds
+    shoff, shnum = int.from_bytes(data[0x28:0x30], "little"), int.from_bytes(data[0x3C:0x3E], "little")
+    data[0x3C:0x3E] = (0).to_bytes(2, "little")  # e_shnum
+    data[shoff + 0x20:shoff + 0x28] = shnum.to_bytes(8, "little")  # section 0's sh_size
+    assert "libstdc++.so.6" in before[0]
+    lib.write_bytes(bytes(data))
+    assert (elfdynamic.needed(lib), elfdynamic.dynamic_symbols(lib)) == before
+    assert_same(lib)  # pyelftools reads the extended count too
+
+
 @pytest.mark.parametrize("content", [b"", b"\x7fELF", b"not an ELF file at all, just text\n" * 4,
                                      b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x03\x00\x3e\x00" + b"\xff" * 44])
 def test_anything_else_is_one_format_error(content: bytes, tmp_path: Path) -> None:
