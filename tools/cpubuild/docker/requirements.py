@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+from ..selfwheel import CLI, CORE
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 only
@@ -24,8 +26,8 @@ def requirements(root: Path) -> list[str]:
     data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     out: list[str] = []
     for req in data.get("build-system", {}).get("requires", []):
-        name = re.split(r"[<>=!~;\[ ]", str(req), maxsplit=1)[0].strip().lower()
-        if name not in ("cpubuild", "cpubuild-core") and req not in out:
+        name = re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;@\[ ]", str(req), maxsplit=1)[0].strip()).lower()  # PEP 503
+        if name not in (CLI, CORE) and req not in out:
             out.append(str(req))
     return out
 

@@ -131,3 +131,12 @@ def test_requirements_are_the_build_requirements_but_cpubuild() -> None:
     package = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     assert reqs == [r for r in package if not r.startswith("cpubuild")]
     assert any(r.startswith("scikit-build-core") for r in reqs) and len(reqs) == len(package) - 1
+
+
+def test_cpubuild_is_recognised_under_any_spelling_of_its_names(tmp_path: Path) -> None:
+    """PEP 503 names: cpubuild_core, Cpubuild.Core and a direct reference are cpubuild too."""
+    from cpubuild.docker.requirements import requirements
+
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["cpubuild_core>=0.2", "Cpubuild.Core", '
+                                             '"cpubuild @ file:///src/tools/cli", "scikit-build-core>=0.10", "torch"]\n')
+    assert requirements(tmp_path) == ["scikit-build-core>=0.10", "torch"]
