@@ -206,10 +206,20 @@ def test_fused_add_rms_norm_strided_rows() -> None:
 SILU_SHAPES = [(1, 2), (4, 2), (1, 14), (3, 14), (1, 8190), (2, 8190), (1, 8194), (2, 8194), (3, 22016)]
 
 
+
+
+@pytest.fixture(params=["table", "polynomial"])
+def silu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both 16-bit silu paths of the x86 variants from avx2 (CPUKERN_SILU_LUT,
+    read per call; the others have the polynomial only and ignore it)."""
+    monkeypatch.setenv(ops.SILU_TABLE_ENV, "1" if request.param == "table" else "0")
+    return str(request.param)
+
+
 @pytest.mark.parametrize("shape", SILU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_silu_and_mul(variant: str, dtype: str, shape: tuple[int, int]) -> None:
+def test_silu_and_mul(variant: str, dtype: str, shape: tuple[int, int], silu_path: str) -> None:
     x = rand(shape, dtype, 11, scale=4.0)  # reaches the exp's saturating range too
     got = run_on(variant, lambda: cpukern.silu_and_mul(x))
     ref = run_on("reference", lambda: cpukern.silu_and_mul(x))
@@ -226,8 +236,25 @@ def test_silu_and_mul(variant: str, dtype: str, shape: tuple[int, int]) -> None:
 EXTREMES = [-1e30, -1e4, -105.0, -88.7, -88.5, -88.0, -87.5, -20.0, -0.0, 0.0, 20.0, 87.5, 88.0, 88.5, 1e4, 1e30]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_silu_and_mul_every_16bit_input(variant: str, dtype: str, silu_path: str) -> None:
+    """All 65536 inputs of a 16-bit type (every entry of the table path), times 1."""
+    gate = np.arange(1 << 16, dtype=np.uint16).view(DTYPES[dtype])
+    x = np.concatenate([gate, np.ones_like(gate)])[None, :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np_silu_and_mul(x)
+    got = f64(run_on(variant, lambda: cpukern.silu_and_mul(x)))
+    nan, inf = np.isnan(want), np.isinf(want)
+    assert np.array_equal(np.isnan(got), nan), f"{variant}: NaN where silu has none, or the reverse"
+    assert np.array_equal(got[inf], want[inf]), f"{variant}: infinities"
+    finite = ~(nan | inf)
+    # silu(a) for a in (-103, -88.72) is a tiny float the polynomial path gives as -0 (see EXTREMES)
+    assert_close(got[finite], want[finite], dtype, what=variant, ulps=2, atol=2.0**-118)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16 takes the cheaper degree-5 exp
-def test_silu_and_mul_extremes(dtype: str) -> None:
+def test_silu_and_mul_extremes(dtype: str, silu_path: str) -> None:
     """Both ends of the exp's clamped range and the overflow fix-up."""
     x = np.array([EXTREMES + [2.0] * len(EXTREMES)], DTYPES[dtype])
     with np.errstate(over="ignore"):
@@ -240,7 +267,7 @@ def test_silu_and_mul_extremes(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_silu_and_mul_propagates_nan_and_inf(dtype: str) -> None:
+def test_silu_and_mul_propagates_nan_and_inf(dtype: str, silu_path: str) -> None:
     x = np.array([[np.nan, np.inf, -np.inf, 1.0, 1.0, 1.0, 1.0, np.inf]], DTYPES[dtype])
     with np.errstate(over="ignore", invalid="ignore"):
         want = np_silu_and_mul(x)  # [nan, inf, nan (-inf / inf), silu(1) * inf = inf]
@@ -248,6 +275,12 @@ def test_silu_and_mul_propagates_nan_and_inf(dtype: str) -> None:
         got = f64(run_on(variant, lambda: cpukern.silu_and_mul(x)))
         assert np.array_equal(np.isnan(got), np.isnan(want)), f"{variant}: {got} vs {want}"
         assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)]), f"{variant}: {got} vs {want}"
+
+
+def test_silu_table_env_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ops.SILU_TABLE_ENV, "yes")
+    with pytest.raises(ValueError, match="CPUKERN_SILU_LUT='yes': expected 0 or 1"):
+        cpukern.silu_and_mul(np.ones((1, 4), np.float32))
 
 
 def test_silu_and_mul_layouts() -> None:

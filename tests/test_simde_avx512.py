@@ -305,7 +305,9 @@ def on(target: str, fn: Any) -> Any:
 @pytest.mark.parametrize("hidden", HIDDEN)
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_norms_and_silu(emulated: dict[str, str], variant: str, dtype: str, hidden: int) -> None:
+def test_norms_and_silu(
+    emulated: dict[str, str], variant: str, dtype: str, hidden: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = emulated[variant]
     x, w = rand((ROWS, hidden), dtype, 1), rand((hidden,), dtype, 2)
     got, ref = on(name, lambda: cpukern.rms_norm(x, w, 1e-5)), on("reference", lambda: cpukern.rms_norm(x, w, 1e-5))
@@ -324,9 +326,12 @@ def test_norms_and_silu(emulated: dict[str, str], variant: str, dtype: str, hidd
     assert_close(fused[name][0], np_rms_norm(want_r, w, 1e-6), dtype, what=f"{name} fused_add_rms_norm vs numpy")
 
     g = rand((ROWS, 2 * hidden), dtype, 11, scale=4.0)
-    got, ref = on(name, lambda: cpukern.silu_and_mul(g)), on("reference", lambda: cpukern.silu_and_mul(g))
-    assert_close(got, ref, dtype, what=f"{name} silu_and_mul vs scalar reference", ulps=2)
-    assert_close(got, np_silu_and_mul(g), dtype, what=f"{name} silu_and_mul vs numpy float64", ulps=2)
+    for silu_table in ("1", "0"):  # 16-bit inputs: the gathered table, then the polynomial
+        monkeypatch.setenv(ops.SILU_TABLE_ENV, silu_table)
+        got, ref = on(name, lambda: cpukern.silu_and_mul(g)), on("reference", lambda: cpukern.silu_and_mul(g))
+        what = f"{name} silu_and_mul ({ops.SILU_TABLE_ENV}={silu_table})"
+        assert_close(got, ref, dtype, what=f"{what} vs scalar reference", ulps=2)
+        assert_close(got, np_silu_and_mul(g), dtype, what=f"{what} vs numpy float64", ulps=2)
 
 
 # (tokens, query heads, key heads, head_size, rotary dims): a full 128-wide

@@ -6,6 +6,11 @@
 #include "cpukern/parallel.h"
 #include "cpukern/simd.h"
 
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace cpukern {
@@ -59,16 +64,105 @@ void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
     }
 }
 
+#if defined(__AVX2__) && !defined(CPUKERN_SILU_NO_LUT)
+#define CPUKERN_SILU_LUT 1
+// 16-bit inputs have 65536 values: silu(a) for each, as float (256 KiB, the
+// hot part - |a| within a few powers of two of 1 - a few KiB of it), read by
+// vpgatherdd. Exact to float rounding, and a few loads instead of ~20 uops.
+template <class T>
+struct SiluTable {
+    float value[65536];
+    SiluTable() {
+        for (uint32_t bits = 0; bits < 65536; ++bits) {
+            double a = to_float(T{static_cast<uint16_t>(bits)});
+            value[bits] = static_cast<float>(a != a ? a : a / (1.0 + std::exp(-a)));
+        }
+    }
+};
+template <class T>
+const float* silu_table() {
+    static const SiluTable<T> table;  // built on first use, thread-safe
+    return table.value;
+}
+#if defined(__AVX512F__)
+using VIdx = __m512i;
+inline VF gather(const float* table, VIdx idx) { return (VF)_mm512_i32gather_ps(idx, table, 4); }
+inline VIdx widen_bits(const void* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)); }
+#else
+using VIdx = __m256i;
+inline VF gather(const float* table, VIdx idx) { return (VF)_mm256_i32gather_ps(table, idx, 4); }
+inline VIdx widen_bits(const void* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)); }
+#endif
+// silu of 2 * kLanes 16-bit inputs, in load_pair<T>'s lane order
+template <class T>
+inline void gather_silu_pair(const float* table, const T* a, VF& s0, VF& s1) {
+#if defined(CPUKERN_BF16_PAIRS_SPLIT)
+    if constexpr (std::is_same_v<T, bf16_t>) {  // odd elements, then even ones
+        VIpair v = pair_load(a);
+        s0 = gather(table, (VIdx)((VU)v >> 16));
+        s1 = gather(table, (VIdx)((VU)v & 0xffffu));
+        return;
+    }
+#endif
+    s0 = gather(table, widen_bits(a));
+    s1 = gather(table, widen_bits(a + kLanes));
+}
+// vpgatherdd is the cheap part only where gathers run at load speed: Intel's
+// Gather Data Sampling mitigation (microcode for Skylake .. Ice Lake / Tiger
+// Lake) makes every gather several times slower, and there the polynomial
+// wins; Linux says so in sysfs. CPUKERN_SILU_LUT=0 / 1 overrides (read per
+// call, so tests run both paths).
+bool gather_mitigated() {
+    std::FILE* f = std::fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
+    if (!f) return false;
+    char line[32] = {};
+    bool mitigated = std::fgets(line, sizeof line, f) && std::strncmp(line, "Mitigation", 10) == 0;
+    std::fclose(f);
+    return mitigated;
+}
+bool use_silu_table() {
+    if (const char* force = std::getenv("CPUKERN_SILU_LUT"); force && (!std::strcmp(force, "0") || !std::strcmp(force, "1")))
+        return force[0] == '1';
+    static const bool mitigated = gather_mitigated();
+    return !mitigated;
+}
+
+template <class T>
+void silu_and_mul_block_lut(T* out, const T* a, const T* b, int64_t n, const float* table) {
+    int64_t i = 0;
+    for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+        VF s0, s1, b0, b1;
+        gather_silu_pair(table, a + i, s0, s1);
+        load_pair(b + i, b0, b1);
+        store_pair_fast(out + i, s0 * b0, s1 * b1);
+    }
+    for (; i < n; ++i) out[i] = from_float<T>(table[a[i].bits] * to_float(b[i]));
+}
+#endif
+
 template <class T>
 void silu_and_mul(T* out, const T* x, int64_t rows, int64_t d, int64_t x_stride, int64_t out_stride) {
     const int64_t blocks = (d + kBlock - 1) / kBlock;
     // ~16K elements per chunk before a second thread joins in
     int64_t grain = (int64_t{1} << 14) / kBlock;
+#if CPUKERN_SILU_LUT
+    const float* table = nullptr;
+    if constexpr (!std::is_same_v<T, float>)
+        if (use_silu_table()) table = silu_table<T>();
+#endif
     parallel_for_dynamic(rows * blocks, grain, [&](int64_t begin, int64_t end) {
         for (int64_t u = begin; u < end; ++u) {
             int64_t r = u / blocks, c = (u % blocks) * kBlock;
             int64_t n = d - c < kBlock ? d - c : kBlock;
             const T* xr = x + r * x_stride;
+#if CPUKERN_SILU_LUT
+            if constexpr (!std::is_same_v<T, float>) {
+                if (table) {
+                    silu_and_mul_block_lut(out + r * out_stride + c, xr + c, xr + d + c, n, table);
+                    continue;
+                }
+            }
+#endif
             silu_and_mul_block(out + r * out_stride + c, xr + c, xr + d + c, n);
         }
     });

@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import math
 import numbers
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -283,7 +284,16 @@ def silu_and_mul(x: Any, *, out: Any = None) -> Any:
     return _silu_and_mul(x, out)
 
 
+# 16-bit silu_and_mul on x86 from avx2 reads silu from a 64K-entry table by
+# gathers unless Linux reports the Gather Data Sampling mitigation
+# (csrc/kernels/activation.cpp, use_silu_table); "0" / "1" force it.
+SILU_TABLE_ENV = "CPUKERN_SILU_LUT"
+
+
 def _silu_and_mul(x: Any, out: Any) -> Any:
+    value = os.environ.get(SILU_TABLE_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{SILU_TABLE_ENV}={value!r}: expected 0 or 1 (or unset: by host)")
     xa = wrap(x, "x")
     _torch_ready(xa)
     require_dtype(xa, FLOAT_DTYPES)

@@ -30,7 +30,7 @@
 // ----------------------------------------------------------------------------
 // FALLBACKS: intrinsics cpukern uses that SIMDe 0.7.4 lacks. Each is defined
 // only while SIMDe does not provide the name (a newer SIMDe takes over). The
-// first seven are built from SIMDe's own validated operations by an identity
+// first eight are built from SIMDe's own validated operations by an identity
 // the Intel SDM states; _mm512_cvtneps_pbh is OUR transcription of the SDM
 // pseudocode of VCVTNEPS2BF16 and therefore does NOT verify that instruction:
 // the emulated avx512bf16 bf16 stores test the kernels around it only.
@@ -89,6 +89,17 @@ static inline simde__m256i cpukern_simde_mm512_cvtps_ph(simde__m512 a, int round
 // VRNDSCALE's immediate encoding, so it is src minus SIMDe's roundscale.
 #if !defined(_mm512_reduce_ps)
 #define _mm512_reduce_ps(a, imm8) simde_mm512_sub_ps((a), simde_mm512_roundscale_ps((a), (imm8)))
+#endif
+
+// vgatherdps zmm without a mask: lane i loads base + idx[i] * scale (SDM), so
+// it is two SIMDe ymm gathers of the index halves.
+#if !defined(_mm512_i32gather_ps)
+#define _mm512_i32gather_ps(idx, base, scale)                                                                     \
+    simde_mm512_insertf32x8(                                                                                      \
+        simde_mm512_castps256_ps512(                                                                              \
+            simde_mm256_i32gather_ps((const simde_float32*)(base), simde_mm512_castsi512_si256(idx), (scale))),   \
+        simde_mm256_i32gather_ps((const simde_float32*)(base), simde_mm512_extracti64x4_epi64((idx), 1), (scale)), \
+        1)
 #endif
 
 // vrcp14ps zmm: the SDM bounds its relative error by 2^-14; the exact
