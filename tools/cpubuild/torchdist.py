@@ -32,7 +32,9 @@ from .hardware import Arch
 from .progress import step
 
 # What of a torch wheel a build needs.
-BUILD_MEMBERS = ("torch/include/", "torch/lib/", "torch/version.py")
+# torch.libs/: what auditwheel grafted into torch's wheel (aarch64's libgomp, OpenBLAS, ACL)
+BUILD_MEMBERS = ("torch/include/", "torch/lib/", "torch/version.py", "torch.libs/")
+UNPACKED_MARK = ".unpacked-2"  # written last; trees without it (older layouts: no torch.libs/) are redone
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 _VERSION = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.MULTILINE)
 
@@ -150,6 +152,9 @@ def openmp_runtime(directory: Path) -> Path | None:
             for where in (directory / "lib", directory.parent / "torch.libs"):
                 if (where / soname).is_file():
                     return where / soname
+            # variants built without OpenMP would run every pragma on one thread
+            raise UsageError(f"{directory}: libtorch_cpu.so needs {soname}, which is in neither lib/ nor "
+                             "../torch.libs/ (an incomplete torch tree: remove it to have it unpacked again)")
     return None
 
 
@@ -300,7 +305,8 @@ def downloaded(version: str, arch: Arch) -> TorchBuild:
     """torch `version` for another arch: its wheel for the arch's manylinux policy, unpacked once."""
     wheel = _download(check_release(version), arch.manylinux)
     directory = cache_dir() / "torch" / wheel.name.removesuffix(".whl") / "torch"
-    if not (directory / "version.py").is_file():
+    mark = directory.parent / UNPACKED_MARK
+    if not mark.is_file():
         (cache_dir() / "torch").mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=cache_dir() / "torch"))
         try:
@@ -309,8 +315,11 @@ def downloaded(version: str, arch: Arch) -> TorchBuild:
                     if name.startswith(BUILD_MEMBERS) and not name.endswith("/"):
                         archive.extract(name, tmp)
             directory.parent.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(directory, ignore_errors=True)
-            (tmp / "torch").rename(directory)
+            for part in ("torch", "torch.libs"):
+                shutil.rmtree(directory.parent / part, ignore_errors=True)
+                if (tmp / part).is_dir():
+                    (tmp / part).rename(directory.parent / part)
+            mark.write_text(wheel.name + "\n")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return TorchBuild(version=read_version(directory), directory=directory, cxx11_abi=cxx11_abi(directory),
