@@ -36,6 +36,13 @@ apt_install --no-install-recommends -- "${BOCHS_PACKAGES[@]}"
 # The bare-metal AMX harness (tools/tests/integration/test_bochs_amx.py): g++ and binutils here, Bochs 3.0 from a
 # cached Debian trixie tree (made below, after cpubuild is installed).
 apt_install -- g++ binutils debootstrap
+# libnuma for aarch64 (examples/vllm-cpu's full set links it, cross-built): Debian's
+# multiarch package, which the cross linker finds in /usr/lib/aarch64-linux-gnu.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+  apt-get update -qq
+fi
+apt_install -- libnuma-dev:arm64
 
 PY=${PYTHON:-python3}
 # pip, without its root-user warning; a failing pip fails the set-up (pipefail).

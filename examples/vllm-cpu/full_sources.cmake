@@ -6,10 +6,6 @@
 # below). The sources vLLM builds for some
 # ISAs only (shm.cpp and cpu_wna16.cpp from AVX-512 up, the 22 sgl-kernels
 # from AVX-512 BF16 up) are those variants' matrix `sources`.
-if(NOT torch_has_capabilities)
-  message(FATAL_ERROR "vllm-cpu: VLLM_CPU_OPS_FULL needs vLLM's attention, which needs a torch with "
-                      "at::cpu::get_cpu_capabilities (torch ${CPUBUILD_TORCH_VERSION} lacks it)")
-endif()
 list(APPEND vllm_sources
   "${vllm_cpu}/cpu_fused_moe.cpp"
   "${vllm_cpu}/sampling_kernels.cpp"
@@ -32,8 +28,15 @@ option(VLLM_CPU_OPS_UNITY "Compile vLLM's sources as unity units (two per varian
 set(vllm_unity "")
 if(VLLM_CPU_OPS_UNITY)
   set(vllm_unity UNITY_GROUPS)
-  set_source_files_properties(csrc/full/vllm_bindings.cpp csrc/vllm_attn.cpp csrc/vllm_ops.cpp
+  set_source_files_properties(csrc/full/vllm_bindings.cpp csrc/vllm_attn.cpp
                               PROPERTIES UNITY_GROUP bindings_attention)
+  # on Arm vllm_ops.cpp holds activation_lut_bf16.cpp, whose two overloads of
+  # activation_lut_bf16 make the bindings' &activation_lut_bf16 ambiguous
+  if(CPUBUILD_ARCH STREQUAL "aarch64")
+    set_source_files_properties(csrc/vllm_ops.cpp PROPERTIES UNITY_GROUP ops)
+  else()
+    set_source_files_properties(csrc/vllm_ops.cpp PROPERTIES UNITY_GROUP bindings_attention)
+  endif()
   set_source_files_properties("${vllm_cpu}/sampling_kernels.cpp" "${vllm_cpu}/spec_decode_utils.cpp"
                               "${vllm_cpu}/cpu_fused_moe.cpp"
                               "${vllm_cpu}/mamba_cpu.cpp" "${vllm_cpu}/fp8_quant.cpp"
