@@ -122,6 +122,11 @@ def _answer_for_the_variant(requires: frozenset[str]) -> None:
     for check, feature in TORCH_ISA_CHECKS.items():
         if hasattr(torch.cpu, check):
             setattr(torch.cpu, check, (lambda present: lambda: present)(feature in requires))
+    # torch.cpu.get_capabilities() is new in torch 2.10; vLLM asks it for Arm's
+    # "bf16". Against older torch (2.9.1: the aarch64 CPU build under QEMU) the
+    # loaded variant's features answer, as the checks above do.
+    if not hasattr(torch.cpu, "get_capabilities"):
+        torch.cpu.get_capabilities = lambda: dict.fromkeys(requires, True)  # type: ignore[attr-defined]
 
 
 def _variant_skip(variant: str, requires: frozenset[str], params: dict[str, Any]) -> str | None:
