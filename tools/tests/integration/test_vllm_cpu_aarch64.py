@@ -115,10 +115,11 @@ TESTING = EXAMPLE / "vllm_cpu_testing"
 NOT_IN_THE_ROOTFS = 'torch; sys_platform == "never"\n'  # the rootfs's own torch serves
 
 
-def requirements_site(root: Path, python: str) -> PurePosixPath:
-    """The test modules' imports for the rootfs (aarch64, CPython `python`), made once; the path inside it."""
+def requirements_site(root: Path, python: str, extra: tuple[str, ...] = ()) -> PurePosixPath:
+    """The test modules' imports for the rootfs (aarch64, CPython `python`) and `extra` requirements,
+    made once; the path inside it."""
     texts = [(TESTING / name).read_text(encoding="utf-8") for name in ("requirements.txt", "overrides.txt")]
-    digest = hashlib.sha256("\0".join([*texts, NOT_IN_THE_ROOTFS, python]).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\0".join([*texts, NOT_IN_THE_ROOTFS, python, *extra]).encode()).hexdigest()[:16]
     inside = PurePosixPath("/opt/cpubuild-vllm-tests") / digest
     site = root / inside.relative_to("/")
     if not (site / ".complete").is_file():
@@ -129,14 +130,14 @@ def requirements_site(root: Path, python: str) -> PurePosixPath:
         overrides.write_text(texts[1] + NOT_IN_THE_ROOTFS, encoding="utf-8")
         run(["uv", "pip", "install", "-q", "--no-build", "--target", str(site), "--python-platform",
              "aarch64-manylinux_2_28", "--python-version", python, "setuptools",  # torch.utils.cpp_extension's
-             "-r", str(TESTING / "requirements.txt"), "--overrides", str(overrides)], timeout=1800)
+             *extra, "-r", str(TESTING / "requirements.txt"), "--overrides", str(overrides)], timeout=1800)
         (site / ".complete").write_text("ok\n")
     return inside
 
 
 @contextlib.contextmanager
-def rootfs_python(wheel: Path, vllm_tree: Path, cpu: str, *,  # noqa: F811
-                  libraries: tuple[Path, ...] = ()) -> Iterator[tuple[Callable[..., Any], Path, PurePosixPath]]:
+def rootfs_python(wheel: Path, vllm_tree: Path, cpu: str, *, libraries: tuple[Path, ...] = (),  # noqa: F811
+                  extra: tuple[str, ...] = ()) -> Iterator[tuple[Callable[..., Any], Path, PurePosixPath]]:
     """(run, work, inside): run(python args, env=..., timeout=...) runs the aarch64 rootfs's Python under
     QEMU `cpu` with the wheel installed, vLLM's Python and tests and our plugin importable, `libraries`
     on the loader's path; work is the run's directory here, inside the same seen from the rootfs."""
@@ -149,7 +150,7 @@ def rootfs_python(wheel: Path, vllm_tree: Path, cpu: str, *,  # noqa: F811
     arch = hardware().arch("aarch64")
     root = ensure_rootfs(RootfsSpec.for_arch(arch))
     torch_site = ensure_torch_site(root, arch, f"{AARCH64_TORCH}+cpu")
-    requirements = requirements_site(root, tree_python(root))
+    requirements = requirements_site(root, tree_python(root), extra)
     (root / RUN_DIR.relative_to("/")).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vllm-tests-", dir=root / RUN_DIR.relative_to("/")))
     try:
@@ -174,9 +175,10 @@ def rootfs_python(wheel: Path, vllm_tree: Path, cpu: str, *,  # noqa: F811
 
 
 def run_vllm_tests_in_rootfs(wheel: Path, vllm_tree: Path, cpu: str, tests: list[str], *, timeout: float,  # noqa: F811
-                             env: dict[str, str] | None = None, libraries: tuple[Path, ...] = ()) -> dict[str, Any]:
+                             env: dict[str, str] | None = None, libraries: tuple[Path, ...] = (),
+                             extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """vLLM's tests (paths under its tree, then pytest options) through our plugin, under QEMU `cpu`."""
-    with rootfs_python(wheel, vllm_tree, cpu, libraries=libraries) as (run_python, work, inside):
+    with rootfs_python(wheel, vllm_tree, cpu, libraries=libraries, extra=extra) as (run_python, work, inside):
         args = [f"{inside}/src/{arg}" if arg.startswith("tests/") else arg for arg in tests]
         proc = run_python(["-m", "pytest", "-p", "vllm_cpu_testing.plugin", "--noconftest", "-p", "no:cacheprovider",
                            "-q", "-rs", "--vllm-cpu-quick", "--vllm-cpu-eager", f"--junitxml={inside}/junit.xml",
@@ -264,7 +266,7 @@ def test_vllms_full_set_tests_pass_under_qemu(
     full_wheel: Path, vllm_tree: Path, record_property: Callable[[str, Any], None],  # noqa: F811
 ) -> None:
     result = run_vllm_tests_in_rootfs(full_wheel, vllm_tree, "max", list(VLLM_ARM_FULL_TESTS), timeout=3600,
-                                      libraries=(ARM64_LIBNUMA,))
+                                      libraries=(ARM64_LIBNUMA,), extra=("scipy",))  # the sampling tests' reference
     record_property("vllm_full_tests_max", result["counts"])
     print(f"vLLM full-set tests under QEMU max ({result['variant']}): {result['counts']}")
     assert result["returncode"] == 0 and result["counts"]["failures"] == 0 and result["counts"]["errors"] == 0, \
