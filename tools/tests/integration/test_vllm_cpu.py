@@ -51,6 +51,15 @@ VLLM_ATTENTION_TESTS = ("tests/kernels/attention/test_cpu_attn.py",)
 REFUSED = "avx512"  # an AVX-512 variant built into the wheel, to force on a CPU without it
 
 
+# Which variant loaded and which `_C` ops it registered, as JSON (run in the wheel's Python).
+REGISTERED = f"""
+import json, torch, {PACKAGE}
+{PACKAGE}.ops()
+names = {{n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("_C::")}}
+print(json.dumps({{"variant": {PACKAGE}.selected_isa(), "ops": sorted(names)}}))
+"""
+
+
 def env(**extra: str) -> dict[str, str]:
     return {k: v for k, v in clean_env(**extra).items() if not k.startswith(f"{PREFIX}_") or k in extra}
 

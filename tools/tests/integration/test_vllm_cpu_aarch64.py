@@ -36,7 +36,7 @@ import pytest
 from oracle import ARCH
 from public_cpubuild import PublicCpubuild, public_cpubuild  # noqa: F401 (a fixture)
 from test_torch_project import metadata, torch_cpubuild  # noqa: F401 (a fixture)
-from test_vllm_cpu import pytest_result, vllm_tree  # noqa: F401 (a fixture)
+from test_vllm_cpu import REGISTERED, pytest_result, vllm_tree  # noqa: F401 (a fixture)
 from testsupport import REPO, require, require_host, require_tool, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.cross, pytest.mark.qemu]
@@ -237,14 +237,6 @@ def full_wheel(torch_cpubuild: PublicCpubuild, tmp_path_factory: pytest.TempPath
                                      "--out", str(root / "out"), "--build-root", str(root / "build"), cwd=root, timeout=3600)
     assert summary["ok"], summary
     return Path(summary["wheel"]["path"])
-
-
-REGISTERED = """
-import json, torch, vllm_cpu_ops
-vllm_cpu_ops.ops()
-names = {n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("_C::")}
-print(json.dumps({"variant": vllm_cpu_ops.selected_isa(), "ops": sorted(names)}))
-"""
 
 
 @pytest.mark.vllm_full

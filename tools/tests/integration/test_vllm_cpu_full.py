@@ -33,6 +33,7 @@ from test_vllm_cpu import (  # noqa: F401 (fixtures)
     EXAMPLE,
     PACKAGE,
     PREFIX,
+    REGISTERED,
     TESTING,
     VLLM_TESTS,
     assert_vllm_tests_pass,
@@ -92,14 +93,6 @@ def wheel(public_cpubuild: PublicCpubuild, matrix: Matrix, vllm_tree: Path,  # n
 def python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fresh_venv(tmp_path_factory.mktemp("vllm-full-venv") / "venv", str(wheel), *torch_requirement(),
                       "-r", str(TESTING / "requirements.txt"), "scipy", "--overrides", str(TESTING / "overrides.txt"))
-
-
-REGISTERED = f"""
-import json, torch, {PACKAGE}
-{PACKAGE}.ops()
-names = {{n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("_C::")}}
-print(json.dumps({{"variant": {PACKAGE}.selected_isa(), "ops": sorted(names)}}))
-"""
 
 
 def test_each_variant_registers_vllms_ops_for_its_isa(python: Path, matrix: Matrix, tmp_path: Path,  # noqa: F811
