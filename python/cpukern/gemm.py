@@ -31,7 +31,7 @@ import ctypes
 import os
 from typing import Any
 
-from . import _abi, ops
+from . import _abi, _memo, ops
 from ._abi import i32, i64, ptr
 from ._arrays import TORCH, Array, check_no_overlap, kind_of, require_dtype, require_writable, wrap
 from ._dispatch import DISPATCHER
@@ -289,6 +289,20 @@ def _output(out: Any, out_dtype: Any, a: Array, m: int, n: int) -> tuple[Any, Ar
     return out, oa, oa.dtype
 
 
+def _memo_key(op: str, a: Any, b: Any, out: Any, scales: tuple[Any, ...], out_dtype: Any, variant: str) -> Any:
+    """The memo key of a product with packed weights (None: check it in full)."""
+    if type(b) is not PackedWeights:
+        return None  # plain weights are packed per call
+    return _memo.key(op, (a, out, b.data, *scales), (out_dtype, variant, b.dtype, b.k, b.n, b.layout))
+
+
+def _run_planned(plan: _memo.Plan, out: Any, a: Any, lib: Any) -> Any:
+    out, args = _memo.bind(plan, out, a)
+    if args is not None:
+        _call("cpukern_" + plan.op, lib, *args)
+    return out
+
+
 def _call(fn_name: str, lib: Any, *args: Any) -> None:
     status = _abi.function(fn_name, lib)(*args)
     if status == _STATUS_NO_MEMORY:
@@ -313,19 +327,31 @@ def gemm_bf16(a: Any, b: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
 
 
 def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
+    variant, lib = _variant()
+    key = _memo_key("gemm_bf16", a, b, out, (), out_dtype, variant)
+    plan = _memo.get(key)
+    if plan is None:
+        # b's bytes (packed for this call when b is a plain matrix) live until the call
+        out, plan, b = _plan_gemm_bf16(a, b, out, out_dtype, variant, lib)
+        _memo.put(key, plan)
+    if plan.args is not None:
+        _check_bf16_kernel_env()
+    return _run_planned(plan, out, a, lib)
+
+
+def _plan_gemm_bf16(
+    a: Any, b: Any, out: Any, out_dtype: Any, variant: str, lib: Any
+) -> tuple[Any, _memo.Plan, PackedWeights]:
     aa = wrap(a, "a")
     _torch_ready(aa)
     require_dtype(aa, ("bfloat16",))
     m, k = _matrix(aa)
     lda = _row_stride(aa)
-    variant, lib = _variant()
     pb, b_ptr = _packed(b, "bfloat16", aa, lib, variant)
+    allocated = out is None
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
-    if m:
-        _check_bf16_kernel_env()
-        _call("cpukern_gemm_bf16", lib, aa.ptr, lda, b_ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
-              _abi.DTYPE_CODES[dtype])
-    return out
+    args = (aa.ptr, lda, b_ptr, m, pb.n, k, oa.ptr, _row_stride(oa), _abi.DTYPE_CODES[dtype]) if m else None
+    return out, _memo.Plan("gemm_bf16", "bfloat16", args, (m, pb.n) if allocated else None, 6, dtype), pb
 
 
 def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
@@ -343,18 +369,30 @@ def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any 
 
 
 def _gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any) -> Any:
+    variant, lib = _variant()
+    key = _memo_key("gemm_w8a8", a, b, out, (a_scale, b_scale), out_dtype, variant)
+    plan = _memo.get(key)
+    if plan is None:
+        out, plan = _plan_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype, variant, lib)
+        _memo.put(key, plan)
+    return _run_planned(plan, out, a, lib)
+
+
+def _plan_gemm_w8a8(
+    a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any, variant: str, lib: Any
+) -> tuple[Any, _memo.Plan]:
     aa = wrap(a, "a")
     _torch_ready(aa)
     require_dtype(aa, ("int8",))
     m, k = _matrix(aa)
     lda = _row_stride(aa)
     sa = _vector(a_scale, "a_scale", aa.kind, m, "one scale per row of a")
-    variant, lib = _variant()
     pb, b_ptr = _packed(b, "int8", aa, lib, variant)
     sb = _vector(b_scale, "b_scale", aa.kind, pb.n, "one scale per column of b")
+    allocated = out is None
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
     check_no_overlap(oa, (sa, sb))
-    if m:
-        _call("cpukern_gemm_w8a8", lib, aa.ptr, lda, sa.ptr, b_ptr, sb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa),
-              _abi.DTYPE_CODES[dtype])
-    return out
+    args = (
+        (aa.ptr, lda, sa.ptr, b_ptr, sb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa), _abi.DTYPE_CODES[dtype]) if m else None
+    )
+    return out, _memo.Plan("gemm_w8a8", "int8", args, (m, pb.n) if allocated else None, 8, dtype)

@@ -18,10 +18,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from . import _abi, _arrays
+from . import _abi, _arrays, _memo
 from ._abi import f32, i32, i64, ptr
 from ._arrays import TORCH, Array, check_no_overlap, require_dtype, require_same_dtype, require_writable, rows, wrap
 from ._dispatch import DISPATCHER
+from ._memo import Plan
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -120,6 +121,13 @@ def _check(op: str, status: int) -> None:
         raise RuntimeError(f"cpukern_{op} failed with status {status} after argument checks passed (a cpukern bug)")
 
 
+def _execute(plan: Plan, out: Any, like: Any) -> tuple[Any, int]:
+    """Runs a checked call (its status returned); a plan that allocated its
+    output gets a fresh one (like `like`) when `out` is None."""
+    out, args = _memo.bind(plan, out, like)
+    return out, (0 if args is None else _run(plan.op, plan.dtype, *args))
+
+
 def _eps(eps: Any) -> float:
     if type(eps) is not float and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)):
         raise TypeError(f"eps: expected a float, got {type(eps).__name__}")
@@ -211,6 +219,17 @@ def _weight(weight: Any, like: Array, hidden: int) -> Array:
 
 
 def _rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> Any:
+    key = _memo.key("rms_norm", (x, weight, out), (eps,))
+    plan = _memo.get(key)
+    if plan is None:
+        out, plan = _plan_rms_norm(x, weight, eps, out)
+        _memo.put(key, plan)
+    out, status = _execute(plan, out, x)
+    _check("rms_norm", status)
+    return out
+
+
+def _plan_rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> tuple[Any, Plan]:
     xa = wrap(x, "x")
     _torch_ready(xa)
     require_dtype(xa, FLOAT_DTYPES)
@@ -218,7 +237,8 @@ def _rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> Any:
     n, x_stride = rows(xa)
     wa = _weight(weight, xa, hidden)
     epsf = _eps(eps)
-    if out is None:
+    allocated = out is None
+    if allocated:
         out = _empty(xa, xa.shape)
         oa = wrap(out, "out")
     else:
@@ -229,10 +249,9 @@ def _rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> Any:
         require_writable(oa)
         check_no_overlap(oa, (xa, wa), allow_alias=xa)
     _, out_stride = rows(oa)
-    if n:
-        code = _abi.DTYPE_CODES[xa.dtype]
-        _check("rms_norm", _run("rms_norm", xa.dtype, oa.ptr, xa.ptr, wa.ptr, n, hidden, x_stride, out_stride, epsf, code))
-    return out
+    code = _abi.DTYPE_CODES[xa.dtype]
+    args = (oa.ptr, xa.ptr, wa.ptr, n, hidden, x_stride, out_stride, epsf, code) if n else None
+    return out, Plan("rms_norm", xa.dtype, args, xa.shape if allocated else None, 0)
 
 
 # ---------------------------------------------------------------- fused_add_rms_norm
@@ -249,6 +268,15 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
 
 
 def _fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: Any) -> None:
+    key = _memo.key("fused_add_rms_norm", (x, residual, weight), (eps,))
+    plan = _memo.get(key)
+    if plan is None:
+        plan = _plan_fused_add_rms_norm(x, residual, weight, eps)
+        _memo.put(key, plan)
+    _check("fused_add_rms_norm", _execute(plan, x, x)[1])
+
+
+def _plan_fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: Any) -> Plan:
     xa = wrap(x, "x")
     _torch_ready(xa)
     require_dtype(xa, FLOAT_DTYPES)
@@ -265,12 +293,9 @@ def _fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: Any) -> None:
     require_writable(ra)
     check_no_overlap(xa, (ra, wa))
     check_no_overlap(ra, (wa,))
-    if n:
-        code = _abi.DTYPE_CODES[xa.dtype]
-        _check(
-            "fused_add_rms_norm",
-            _run("fused_add_rms_norm", xa.dtype, xa.ptr, ra.ptr, wa.ptr, n, hidden, x_stride, res_stride, epsf, code),
-        )
+    code = _abi.DTYPE_CODES[xa.dtype]
+    args = (xa.ptr, ra.ptr, wa.ptr, n, hidden, x_stride, res_stride, epsf, code) if n else None
+    return Plan("fused_add_rms_norm", xa.dtype, args)
 
 
 # ---------------------------------------------------------------- silu_and_mul
@@ -294,6 +319,17 @@ def _silu_and_mul(x: Any, out: Any) -> Any:
     value = os.environ.get(SILU_TABLE_ENV, "")
     if value not in ("", "0", "1"):
         raise ValueError(f"{SILU_TABLE_ENV}={value!r}: expected 0 or 1 (or unset: by host)")
+    key = _memo.key("silu_and_mul", (x, out), ())
+    plan = _memo.get(key)
+    if plan is None:
+        out, plan = _plan_silu_and_mul(x, out)
+        _memo.put(key, plan)
+    out, status = _execute(plan, out, x)
+    _check("silu_and_mul", status)
+    return out
+
+
+def _plan_silu_and_mul(x: Any, out: Any) -> tuple[Any, Plan]:
     xa = wrap(x, "x")
     _torch_ready(xa)
     require_dtype(xa, FLOAT_DTYPES)
@@ -305,7 +341,8 @@ def _silu_and_mul(x: Any, out: Any) -> Any:
     d = width // 2
     n, x_stride = rows(xa)
     shape = (*xa.shape[:-1], d)
-    if out is None:
+    allocated = out is None
+    if allocated:
         out = _empty(xa, shape)
         oa = wrap(out, "out")
     else:
@@ -316,10 +353,9 @@ def _silu_and_mul(x: Any, out: Any) -> Any:
         require_writable(oa)
         check_no_overlap(oa, (xa,))
     _, out_stride = rows(oa)
-    if n and d:
-        code = _abi.DTYPE_CODES[xa.dtype]
-        _check("silu_and_mul", _run("silu_and_mul", xa.dtype, oa.ptr, xa.ptr, n, d, x_stride, out_stride, code))
-    return out
+    code = _abi.DTYPE_CODES[xa.dtype]
+    args = (oa.ptr, xa.ptr, n, d, x_stride, out_stride, code) if n and d else None
+    return out, Plan("silu_and_mul", xa.dtype, args, shape if allocated else None, 0)
 
 
 # ---------------------------------------------------------------- rotary_embedding
@@ -368,6 +404,23 @@ def _heads(a: Array, positions: Array, head_size: int) -> tuple[int, int, int]:
 def _rotary_embedding(
     positions: Any, query: Any, key: Any, head_size: Any, cos_sin_cache: Any, is_neox: Any
 ) -> None:
+    memo_key = _memo.key("rotary_embedding", (positions, query, key, cos_sin_cache), (head_size, is_neox))
+    plan = _memo.get(memo_key)
+    if plan is None:
+        plan = _plan_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+        _memo.put(memo_key, plan)
+    status = _execute(plan, query, query)[1]
+    if status == 1:
+        max_position = plan.args[13] if plan.args is not None else 0
+        values = wrap(positions, "positions").obj.reshape(-1)
+        bad = [int(v) for v in values.tolist() if not 0 <= int(v) < max_position][:3]
+        raise ValueError(f"positions: values must lie in [0, {max_position}), found {bad} (rows of cos_sin_cache)")
+    _check("rotary_embedding", status)
+
+
+def _plan_rotary_embedding(
+    positions: Any, query: Any, key: Any, head_size: Any, cos_sin_cache: Any, is_neox: Any
+) -> Plan:
     pa = wrap(positions, "positions")
     _torch_ready(pa)
     require_dtype(pa, ("int64",))
@@ -400,16 +453,9 @@ def _rotary_embedding(
     if ka is not None:
         require_writable(ka)
         check_no_overlap(ka, (ca, pa))
-    if not tokens:
-        return
     code = _abi.DTYPE_CODES[qa.dtype]
-    status = _run(
-        "rotary_embedding", qa.dtype, pa.ptr, pos_stride, qa.ptr, ka.ptr if ka is not None else None, ca.ptr, tokens,
-        heads, k_heads, rot_dim, q_ts, q_hs, k_ts, k_hs, max_position, ca.strides[0], int(bool(is_neox)), code,
-        _abi.DTYPE_CODES[ca.dtype],
+    args = (
+        pa.ptr, pos_stride, qa.ptr, ka.ptr if ka is not None else None, ca.ptr, tokens, heads, k_heads, rot_dim, q_ts,
+        q_hs, k_ts, k_hs, max_position, ca.strides[0], int(bool(is_neox)), code, _abi.DTYPE_CODES[ca.dtype],
     )
-    if status == 1:
-        values = pa.obj.reshape(-1)
-        bad = [int(v) for v in values.tolist() if not 0 <= int(v) < max_position][:3]
-        raise ValueError(f"positions: values must lie in [0, {max_position}), found {bad} (rows of cos_sin_cache)")
-    _check("rotary_embedding", status)
+    return Plan("rotary_embedding", qa.dtype, args if tokens else None)

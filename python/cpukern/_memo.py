@@ -1,0 +1,105 @@
+"""Checked calls remembered, for torch tensors.
+
+An op's checks (dtypes, shapes, strides, overlaps) and the C arguments they
+yield depend only on each tensor's address, shape, strides and dtype and on
+the scalar arguments' types and values. A model calls the same ops on the same
+buffers layer after layer, so the checks are done once per such key and their
+result, a `Plan`, is looked up afterwards: about a third of the per-call cost
+of checking again (a one-token rms_norm: ~12 us -> ~5 us; torch.ops' own
+dispatch of vLLM's kernel takes ~3 us). Only plain CPU tensors (torch.Tensor,
+nn.Parameter) are keyed; numpy arrays (whose writability can change), tensor
+subclasses and anything unusual take the full checks every time. A plan holds
+integers and shapes, never a tensor: nothing is kept alive.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+# An upper bound, not a cache policy: a model's working set of distinct
+# (buffer, shape) keys is small; a caller cycling through fresh buffers
+# starts over when it is reached.
+LIMIT = 4096
+
+
+class Plan(NamedTuple):
+    """What the checks of one call decided: the C arguments of `op` (None:
+    an empty input, nothing to run); when the op allocated its output,
+    `out_shape`, its dtype (None: the first argument's) and the argument
+    index of the output's address."""
+
+    op: str
+    dtype: str
+    args: tuple[Any, ...] | None
+    out_shape: tuple[int, ...] | None = None
+    out_slot: int = 0
+    out_dtype: str | None = None
+
+
+_plans: dict[tuple[Any, ...], Plan] = {}
+_plain_types: list[tuple[type, ...]] = []
+
+
+def _plain() -> tuple[type, ...] | None:
+    if not _plain_types:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        _plain_types.append((torch.Tensor, torch.nn.parameter.Parameter))
+    return _plain_types[0]
+
+
+def key(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The key of one call, or None when it must be checked in full."""
+    plain = _plain()
+    if plain is None:
+        return None
+    parts: list[Any] = [op]
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) not in plain or not t.is_cpu:
+            return None
+        try:
+            parts += (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        except RuntimeError:  # sparse, mkldnn: no strides; the full checks say why
+            return None
+    for s in scalars:
+        parts += (type(s), s)  # True and 1.0 compare equal; only one of them passes the checks
+    return tuple(parts)
+
+
+def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
+    """(output, C arguments) of a planned call: a plan that allocated its
+    output gets a fresh one (on `like`'s device) when `out` is None."""
+    args = plan.args
+    if out is None and plan.out_shape is not None:
+        if plan.out_dtype is None:
+            out = like.new_empty(plan.out_shape)
+        else:
+            out = like.new_empty(plan.out_shape, dtype=getattr(sys.modules["torch"], plan.out_dtype))
+        if args is not None:
+            args = (*args[: plan.out_slot], out.data_ptr(), *args[plan.out_slot + 1 :])
+    return out, args
+
+
+def get(k: tuple[Any, ...] | None) -> Plan | None:
+    return None if k is None else _plans.get(k)
+
+
+def put(k: tuple[Any, ...] | None, plan: Plan) -> None:
+    if k is None:
+        return
+    if len(_plans) >= LIMIT:
+        _plans.clear()
+    _plans[k] = plan
+
+
+def clear() -> None:
+    _plans.clear()
+
+
+def size() -> int:
+    return len(_plans)

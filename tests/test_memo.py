@@ -1,0 +1,135 @@
+"""Checked calls remembered (cpukern/_memo.py): a call on the same torch
+buffers skips the argument checks, yet reads the buffers' current contents,
+allocates a fresh output when it allocated one before, refuses what the
+checks refuse on every call, and never lets a remembered call stand for a
+different variant or scalar type. Model weights (nn.Parameter) are remembered
+like plain tensors."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+from testsupport import require, skip_host_fact
+
+require(importlib.util.find_spec("torch") is not None, "torch is not installed")
+
+import cpukern  # noqa: E402
+import torch  # noqa: E402
+from cpukern import _memo, ops  # noqa: E402
+
+
+def ref_rms_norm(x: Any, w: Any, eps: float) -> Any:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+@pytest.fixture(autouse=True)
+def empty_memo() -> None:
+    _memo.clear()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_remembered_call_reads_the_current_contents(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, 64, generator=g).to(dtype), torch.randn(64, generator=g).to(dtype)
+    out = torch.empty_like(x)
+    cpukern.rms_norm(x, w, 1e-6, out=out)
+    assert _memo.size() == 1
+    for _ in range(3):
+        x.copy_(torch.randn(4, 64, generator=g).to(dtype))
+        w.copy_(torch.randn(64, generator=g).to(dtype))
+        cpukern.rms_norm(x, w, 1e-6, out=out)
+        torch.testing.assert_close(out, ref_rms_norm(x, w, 1e-6), rtol=2e-2, atol=2e-2)
+    assert _memo.size() == 1, "the same buffers, shapes and eps: one remembered call"
+    cpukern.rms_norm(x[:2], w, 1e-6, out=out[:2])
+    cpukern.rms_norm(x, w, 1e-5, out=out)
+    assert _memo.size() == 3, "another shape, another eps: checked and remembered apart"
+
+
+def test_an_allocated_output_is_fresh_on_every_call() -> None:
+    x, w = torch.randn(3, 32), torch.randn(32)
+    first, second = cpukern.rms_norm(x, w), cpukern.rms_norm(x, w)
+    assert first.data_ptr() != second.data_ptr() and torch.equal(first, second)
+    gate = torch.randn(3, 64).bfloat16()
+    h1, h2 = cpukern.silu_and_mul(gate), cpukern.silu_and_mul(gate)
+    assert h1.shape == (3, 32) and h1.dtype == torch.bfloat16 and h1.data_ptr() != h2.data_ptr()
+    assert torch.equal(h1, h2)
+    a, b = torch.randn(2, 16).bfloat16(), torch.randn(16, 8).bfloat16()
+    packed = cpukern.pack_b(b)
+    y1 = cpukern.gemm_bf16(a, packed, out_dtype=torch.bfloat16)
+    y2 = cpukern.gemm_bf16(a, packed, out_dtype=torch.bfloat16)
+    assert y2.dtype == torch.bfloat16 and y2.shape == (2, 8) and y1.data_ptr() != y2.data_ptr()
+    assert torch.equal(y1, y2)
+    torch.testing.assert_close(y2.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_refused_call_is_refused_every_time() -> None:
+    buf = torch.randn(4, 96)
+    x, out, w = buf[:, :64], buf[:, 32:], torch.randn(64)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="out: overlaps x"):
+            cpukern.rms_norm(x, w, out=out)
+    assert _memo.size() == 0
+
+
+def test_parameters_are_remembered() -> None:
+    x, w = torch.randn(2, 16), torch.nn.Parameter(torch.randn(16), requires_grad=False)
+    out = torch.empty_like(x)
+    cpukern.rms_norm(x, w, out=out)
+    cpukern.rms_norm(x, w, out=out)
+    assert _memo.size() == 1
+    torch.testing.assert_close(out, ref_rms_norm(x, w.data, 1e-6))
+
+
+def test_a_scalar_of_another_type_is_checked_again() -> None:
+    x, w = torch.randn(2, 16), torch.randn(16)
+    cpukern.rms_norm(x, w, 1.0)
+    with pytest.raises(TypeError, match="eps: expected a float"):
+        cpukern.rms_norm(x, w, True)  # == 1.0, hashes alike
+
+
+def test_positions_are_checked_on_every_call() -> None:
+    positions = torch.tensor([0, 1, 2])
+    query, cache = torch.randn(3, 2 * 16), torch.randn(8, 16)
+    cpukern.rotary_embedding(positions, query, None, 16, cache, True)
+    positions[1] = 8  # past the cache's 8 rows: data, not a checked argument
+    with pytest.raises(ValueError, match=r"positions: values must lie in \[0, 8\), found \[8\]"):
+        cpukern.rotary_embedding(positions, query, None, 16, cache, True)
+
+
+def test_a_remembered_product_stands_for_its_variant_only() -> None:
+    b = torch.randn(32, 16).bfloat16()
+    layouts: dict[str, tuple[str, Any]] = {}
+    for v in cpukern.supported_variants():
+        with ops.use_variant(v):
+            packed = cpukern.pack_b(b)
+            layouts.setdefault(packed.layout, (v, packed))
+    if len(layouts) < 2:
+        skip_host_fact("all runnable variants share one packed bf16 layout")
+    (v1, p1), (v2, _) = list(layouts.values())[:2]
+    a = torch.randn(2, 32).bfloat16()
+    with ops.use_variant(v1):
+        cpukern.gemm_bf16(a, p1)
+        cpukern.gemm_bf16(a, p1)
+    with ops.use_variant(v2), pytest.raises(ValueError, match=f"packed by variant '{v1}'"):
+        cpukern.gemm_bf16(a, p1)
+
+
+def test_numpy_arrays_are_checked_in_full() -> None:
+    """Their writability can change between calls: never remembered."""
+    np = pytest.importorskip("numpy")
+    x, w = np.ones((2, 8), np.float32), np.ones(8, np.float32)
+    cpukern.rms_norm(x, w, out=x)
+    assert _memo.size() == 0
+    x.setflags(write=False)
+    with pytest.raises(ValueError, match="out: array is read-only"):
+        cpukern.rms_norm(np.ones((2, 8), np.float32), w, out=x)
+
+
+def test_the_memo_is_bounded() -> None:
+    w = torch.randn(8)
+    for rows in range(1, _memo.LIMIT + 10):
+        cpukern.rms_norm(torch.randn(rows, 8), w, out=torch.empty(rows, 8))
+    assert 0 < _memo.size() <= _memo.LIMIT
