@@ -29,7 +29,7 @@ from . import elfdynamic
 from .cache import cache_dir
 from .errors import UsageError
 from .hardware import Arch
-from .progress import step
+from .progress import locked, step
 
 # What of a torch wheel a build needs.
 # torch.libs/: what auditwheel grafted into torch's wheel (aarch64's libgomp, OpenBLAS, ACL)
@@ -301,14 +301,20 @@ def requires_dist(wheel: Path) -> list[str]:
     return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
 
 
-def downloaded(version: str, arch: Arch) -> TorchBuild:
-    """torch `version` for another arch: its wheel for the arch's manylinux policy, unpacked once."""
-    wheel = _download(check_release(version), arch.manylinux)
-    directory = cache_dir() / "torch" / wheel.name.removesuffix(".whl") / "torch"
+def unpacked(wheel: Path, root: Path) -> Path:
+    """The build members of torch `wheel` (include/, lib/, version.py, ../torch.libs/),
+    unpacked once under `root`: its `torch` directory. One process unpacks (a lock per
+    wheel); a tree without the mark (cut short, or an older layout) is replaced whole,
+    and a tree with it is never touched again (other builds may be reading it)."""
+    directory = root / wheel.name.removesuffix(".whl") / "torch"
     mark = directory.parent / UNPACKED_MARK
-    if not mark.is_file():
-        (cache_dir() / "torch").mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=cache_dir() / "torch"))
+    if mark.is_file():
+        return directory
+    root.mkdir(parents=True, exist_ok=True)
+    with locked(root / f".{wheel.name}.lock", f"unpacking {wheel.name}"):
+        if mark.is_file():  # another process unpacked it while this one waited
+            return directory
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root))
         try:
             with zipfile.ZipFile(wheel) as archive:
                 for name in archive.namelist():
@@ -322,6 +328,13 @@ def downloaded(version: str, arch: Arch) -> TorchBuild:
             mark.write_text(wheel.name + "\n")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def downloaded(version: str, arch: Arch) -> TorchBuild:
+    """torch `version` for another arch: its wheel for the arch's manylinux policy, unpacked once."""
+    wheel = _download(check_release(version), arch.manylinux)
+    directory = unpacked(wheel, cache_dir() / "torch")
     return TorchBuild(version=read_version(directory), directory=directory, cxx11_abi=cxx11_abi(directory),
                       origin=f"downloaded ({wheel.name})", manylinux=_wheel_policy(wheel.name.removesuffix(".whl").split("-")[-1]))
 
