@@ -41,34 +41,35 @@ _plans: dict[tuple[Any, ...], Plan] = {}
 _plain_types: list[tuple[type, ...]] = []
 
 
-def _plain() -> tuple[type, ...] | None:
+def key(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The key of one call, or None when it must be checked in full."""
     if not _plain_types:
         torch = sys.modules.get("torch")
         if torch is None:
             return None
         _plain_types.append((torch.Tensor, torch.nn.parameter.Parameter))
-    return _plain_types[0]
-
-
-def key(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The key of one call, or None when it must be checked in full."""
-    plain = _plain()
-    if plain is None:
-        return None
+    plain = _plain_types[0]
     parts: list[Any] = [op]
     for t in tensors:
         if t is None:
             parts.append(None)
-            continue
-        if type(t) not in plain or not t.is_cpu:
-            return None
-        try:
-            parts += (t.data_ptr(), t.shape, t.stride(), t.dtype)
-        except RuntimeError:  # sparse, mkldnn: no strides; the full checks say why
+        elif type(t) in plain and t.is_cpu:
+            try:
+                parts += (t.data_ptr(), t.shape, t.stride(), t.dtype)
+            except RuntimeError:  # sparse, mkldnn: no strides; the full checks say why
+                return None
+        else:
             return None
     for s in scalars:
         parts += (type(s), s)  # True and 1.0 compare equal; only one of them passes the checks
     return tuple(parts)
+
+
+def lookup(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[tuple[Any, ...] | None, Plan | None]:
+    """(key, its plan or None): one call on the hot path (every call costs here, the
+    more so after a kernel that streamed its operands through the caches)."""
+    k = key(op, tensors, scalars)
+    return k, (None if k is None else _plans.get(k))
 
 
 def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
@@ -85,7 +86,7 @@ def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
     return out, args
 
 
-def get(k: tuple[Any, ...] | None) -> Plan | None:
+def find(k: tuple[Any, ...] | None) -> Plan | None:
     return None if k is None else _plans.get(k)
 
 

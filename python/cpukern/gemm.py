@@ -329,7 +329,7 @@ def gemm_bf16(a: Any, b: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
 def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
     variant, lib = _variant()
     key = _memo_key("gemm_bf16", a, b, out, (), out_dtype, variant)
-    plan = _memo.get(key)
+    plan = _memo.find(key)
     if plan is None:
         # b's bytes (packed for this call when b is a plain matrix) live until the call
         out, plan, b = _plan_gemm_bf16(a, b, out, out_dtype, variant, lib)
@@ -371,7 +371,7 @@ def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any 
 def _gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any) -> Any:
     variant, lib = _variant()
     key = _memo_key("gemm_w8a8", a, b, out, (a_scale, b_scale), out_dtype, variant)
-    plan = _memo.get(key)
+    plan = _memo.find(key)
     if plan is None:
         out, plan = _plan_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype, variant, lib)
         _memo.put(key, plan)

@@ -109,13 +109,6 @@ def _require_float16(lib: Any, variant: str) -> None:
         raise TypeError(f"dtype float16 is not supported on this platform (variant {variant} has no half-precision type)")
 
 
-def _run(op: str, dtype: str, *args: Any) -> int:
-    status: int = _kernel(op, dtype)(*args)
-    if status == 2:
-        raise TypeError(f"{op}: dtype {dtype} is not supported by this variant")
-    return status
-
-
 def _check(op: str, status: int) -> None:
     if status:
         raise RuntimeError(f"cpukern_{op} failed with status {status} after argument checks passed (a cpukern bug)")
@@ -124,8 +117,15 @@ def _check(op: str, status: int) -> None:
 def _execute(plan: Plan, out: Any, like: Any) -> tuple[Any, int]:
     """Runs a checked call (its status returned); a plan that allocated its
     output gets a fresh one (like `like`) when `out` is None."""
-    out, args = _memo.bind(plan, out, like)
-    return out, (0 if args is None else _run(plan.op, plan.dtype, *args))
+    args = plan.args
+    if out is None and plan.out_shape is not None:
+        out, args = _memo.bind(plan, out, like)
+    if args is None:
+        return out, 0
+    status: int = _kernel(plan.op, plan.dtype)(*args)
+    if status == 2:
+        raise TypeError(f"{plan.op}: dtype {plan.dtype} is not supported by this variant")
+    return out, status
 
 
 def _eps(eps: Any) -> float:
@@ -174,10 +174,17 @@ def _register_torch_now() -> bool:
 _register_torch_now._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
+_is_compiling: list[Any] = []  # torch.compiler.is_compiling, looked up once torch is there
+
+
 def _tracing() -> bool:
     """True while torch.compile traces a caller (without importing torch)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and hasattr(torch, "compiler") and bool(torch.compiler.is_compiling())
+    if not _is_compiling:
+        torch = sys.modules.get("torch")
+        if torch is None or not hasattr(torch, "compiler"):
+            return False
+        _is_compiling.append(torch.compiler.is_compiling)
+    return bool(_is_compiling[0]())
 
 
 def _compiling() -> bool:
@@ -219,8 +226,7 @@ def _weight(weight: Any, like: Array, hidden: int) -> Array:
 
 
 def _rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> Any:
-    key = _memo.key("rms_norm", (x, weight, out), (eps,))
-    plan = _memo.get(key)
+    key, plan = _memo.lookup("rms_norm", (x, weight, out), (eps,))
     if plan is None:
         out, plan = _plan_rms_norm(x, weight, eps, out)
         _memo.put(key, plan)
@@ -268,8 +274,7 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
 
 
 def _fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: Any) -> None:
-    key = _memo.key("fused_add_rms_norm", (x, residual, weight), (eps,))
-    plan = _memo.get(key)
+    key, plan = _memo.lookup("fused_add_rms_norm", (x, residual, weight), (eps,))
     if plan is None:
         plan = _plan_fused_add_rms_norm(x, residual, weight, eps)
         _memo.put(key, plan)
@@ -319,8 +324,7 @@ def _silu_and_mul(x: Any, out: Any) -> Any:
     value = os.environ.get(SILU_TABLE_ENV, "")
     if value not in ("", "0", "1"):
         raise ValueError(f"{SILU_TABLE_ENV}={value!r}: expected 0 or 1 (or unset: by host)")
-    key = _memo.key("silu_and_mul", (x, out), ())
-    plan = _memo.get(key)
+    key, plan = _memo.lookup("silu_and_mul", (x, out), ())
     if plan is None:
         out, plan = _plan_silu_and_mul(x, out)
         _memo.put(key, plan)
@@ -404,8 +408,7 @@ def _heads(a: Array, positions: Array, head_size: int) -> tuple[int, int, int]:
 def _rotary_embedding(
     positions: Any, query: Any, key: Any, head_size: Any, cos_sin_cache: Any, is_neox: Any
 ) -> None:
-    memo_key = _memo.key("rotary_embedding", (positions, query, key, cos_sin_cache), (head_size, is_neox))
-    plan = _memo.get(memo_key)
+    memo_key, plan = _memo.lookup("rotary_embedding", (positions, query, key, cos_sin_cache), (head_size, is_neox))
     if plan is None:
         plan = _plan_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
         _memo.put(memo_key, plan)
