@@ -18,6 +18,8 @@ wheel must equal the single build byte for byte.
 
     python benchmarks/bench_scale_out.py [--project DIR] [--arch ARCH] [--repeat N] [--no-shared-cache] [--json]
     python benchmarks/bench_scale_out.py --project examples/torch_ops --repeat 1
+    python benchmarks/bench_scale_out.py --project examples/vllm-cpu --repeat 1 --no-shared-cache \
+        --groups 'avx2,avx512,avx512vnni|avx512bf16|amx' --wheel-args '-C cmake.define.VLLM_CPU_OPS_FULL=ON --no-repair'
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -68,11 +71,14 @@ def cpubuild(cwd: Path, env: dict[str, str], *args: str) -> tuple[float, float, 
     return wall, cpu, json.loads(proc.stdout)
 
 
+WHEEL_ARGS: list[str] = []  # --wheel-args: for every build (config settings, --no-repair)
+
+
 def wheel(project: Path, tmp: Path, name: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, float, dict[str, Any]]:
     """A cold `cpubuild wheel`: its own build directory and an empty private ccache (or the given env)."""
     cold = {"CCACHE_DIR": str(tmp / f"ccache-{name}")} if env is None else env
     return cpubuild(project, cold, "wheel", "-q", "--out", str(tmp / f"out-{name}"), "--build-root", str(tmp / f"build-{name}"),
-                    *args)
+                    *WHEEL_ARGS, *args)
 
 
 def one_round(project: Path, arch: str, groups: list[list[str]], tmp: Path) -> dict[str, Any]:
@@ -141,8 +147,11 @@ def main() -> None:
     parser.add_argument("--no-shared-cache", action="store_true", help="Skip the S3 cold/warm part.")
     parser.add_argument("--groups", help="Variant groups, e.g. 'avx2,avx512|avx512bf16,amx' (default: the project's "
                                          "[tool.cpubuild.ci] variant-groups, else one group per variant)")
+    parser.add_argument("--wheel-args", default="", help="More `cpubuild wheel` arguments for every build, one string "
+                                                          "(e.g. '-C cmake.define.VLLM_CPU_OPS_FULL=ON --no-repair')")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    WHEEL_ARGS.extend(shlex.split(args.wheel_args))
     project = load_project(args.project.resolve())
     matrix = project.load_matrix()
     configured = fan_out(matrix, project.config.settings.ci.variant_groups, list(matrix.arches)).get(args.arch)
@@ -169,6 +178,7 @@ def main() -> None:
     single, critical = median(rounds, "single_wall_s"), median(rounds, "critical_wall_s")
     result: dict[str, Any] = {
         "project": project.config.dist_name, "arch": args.arch, "groups": [",".join(g) for g in groups], "repeat": args.repeat,
+        "wheel_args": WHEEL_ARGS,
         "single_wall_s": single, "critical_wall_s": critical, "single_cpu_s": median(rounds, "single_cpu_s"),
         "critical_cpu_s": median(rounds, "critical_cpu_s"), "merge_wall_s": median(rounds, "merge_wall_s"),
         "partial_wall_s": [statistics.median(r["partials"][i]["wall_s"] for r in rounds) for i in range(n)],
