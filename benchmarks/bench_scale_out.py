@@ -185,6 +185,7 @@ def main() -> None:
         "single_compile_s": median(rounds, "single_compile_s"), "critical_compile_s": median(rounds, "critical_compile_s"),
         "critical_over_single": critical / single, "target_critical_over_single": 1 / n + 0.10,
         "merged_equals_single": all(r["merged_equals_single"] for r in rounds),
+        "critical_over_single_per_round": [r["critical_wall_s"] / r["single_wall_s"] for r in rounds],
     }
     if shared:
         cold = statistics.median(s["cold"]["wall_s"] for s in shared)
