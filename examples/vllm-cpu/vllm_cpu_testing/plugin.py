@@ -106,21 +106,27 @@ XFAILS = (
 # 2.10+ aarch64 wheels are CUDA builds) takes float32 only.
 OLD_TORCH_INT4 = ("torch {} : _dyn_quant_matmul_4bit takes float32 activations only before torch 2.10; vLLM 0.33 "
                   "passes bfloat16 with channel-wise (group_size -1) int4 weights")
+TORCH_BEFORE_2_10 = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 10)
 TORCH_XFAILS = (
     SkipRule(test="test_cpu_int4_moe_kernel", reason=OLD_TORCH_INT4,
-             applies=lambda params: params.get("activation_dtype") == torch.bfloat16 and params.get("group_size") == -1
-             and tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 10)),
+             applies=lambda params: TORCH_BEFORE_2_10 and params.get("activation_dtype") == torch.bfloat16
+             and params.get("group_size") == -1),
 )
 
 
+def _reason(rules: tuple[SkipRule, ...], name: str, params: dict[str, Any]) -> str | None:
+    """The reason of the first rule for test `name` that applies to these parameters."""
+    return next((rule.reason for rule in rules if rule.test == name and rule.applies(params)), None)
+
+
 def _variant_xfail(variant: str, requires: frozenset[str], name: str, params: dict[str, Any]) -> str | None:
-    old_torch = next((rule.reason.format(torch.__version__) for rule in TORCH_XFAILS
-                      if rule.test == name and rule.applies(params)), None)
+    old_torch = _reason(TORCH_XFAILS, name, params)
     if old_torch is not None:
-        return old_torch
+        return old_torch.format(torch.__version__)
     if "avx2" not in requires or "avx512_bf16" in requires:  # an x86 build without AVX512-BF16 truncates
         return None
-    return next((rule.reason.format(variant) for rule in XFAILS if rule.test == name and rule.applies(params)), None)
+    truncation = _reason(XFAILS, name, params)
+    return None if truncation is None else truncation.format(variant)
 
 
 # torch's CPU checks vLLM reads to choose among its own ops, and the cpubuild
@@ -251,7 +257,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = _variant_skip(config.stash[_VARIANT], config.stash[_REQUIRES], params)
         name = getattr(item, "originalname", item.name)
         if reason is None:
-            reason = next((rule.reason for rule in SKIPS if rule.test == name and rule.applies(params)), None)
+            reason = _reason(SKIPS, name, params)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
             continue
