@@ -3,15 +3,16 @@
 * one runner: `cpubuild wheel` of every variant (fresh build directory, empty ccache)
 Every build is of HEAD, in fresh clones (commit first).
 
-* N simulated runners: one partial per variant group (`--isa GROUP`), built here one
+* N simulated runners: one partial per variant group (`--partial --isa GROUP`), built here one
   after another, each with a fresh build directory and an empty ccache, then
   `cpubuild merge`: the critical path is the slowest partial + the merge
 * a shared S3 cache (moto's S3 server on loopback, as tools/tests/integration/test_shared_cache.py):
   a cold build from one fresh clone, then a warm one from a second clone in
   another directory, both without any local compiler cache
 
-The groups are the project's `[tool.cpubuild.ci] variant-groups` for the arch,
-else one group per non-baseline variant. Targets (issue 24): critical path <=
+The groups are --groups, else the project's `[tool.cpubuild.ci] variant-groups`
+for the arch, else one group per variant above the baseline or floor (a floor no
+group names is built by every group, as in the rendered workflow). Targets (issue 24): critical path <=
 single / N + 10 %; warm shared-cache build >= 5x faster than cold. Wall and CPU
 seconds (the process tree's user + system), median of --repeat runs; the merged
 wheel must equal the single build byte for byte.
@@ -85,7 +86,7 @@ def one_round(project: Path, arch: str, groups: list[list[str]], tmp: Path) -> d
     single_wall, single_cpu, single = wheel(project, tmp, "single", "--arch", arch, "--isa", "all")
     partials = []
     for i, group in enumerate(groups, 1):
-        wall, cpu, summary = wheel(project, tmp, f"partial{i}", "--arch", arch, "--isa", ",".join(group))
+        wall, cpu, summary = wheel(project, tmp, f"partial{i}", "--arch", arch, "--partial", "--isa", ",".join(group))
         partials.append({"isa": ",".join(group), "wall_s": wall, "cpu_s": cpu, "wheel": summary["wheel"]["path"],
                          "compile_s": summary["stages"]["compile"]})
     merge_wall, merge_cpu, merged = cpubuild(project, {}, "merge", *(p["wheel"] for p in partials), "--out", str(tmp / "merged"))
@@ -154,13 +155,14 @@ def main() -> None:
     WHEEL_ARGS.extend(shlex.split(args.wheel_args))
     project = load_project(args.project.resolve())
     matrix = project.load_matrix()
-    configured = fan_out(matrix, project.config.settings.ci.variant_groups, list(matrix.arches)).get(args.arch)
-    if args.groups:
-        groups = [group.split(",") for group in args.groups.split("|")]
-    else:
-        groups = configured or [[v.name] for v in matrix.variants_for(args.arch) if not v.is_baseline]
-    if not groups:
-        sys.exit(f"{args.arch}: only a baseline, nothing to fan out")
+    records = project.config.settings.ci.variant_groups
+    if args.groups or not any(r["arch"] == args.arch for r in records):
+        named = args.groups.split("|") if args.groups else [v.name for v in matrix.variants_for(args.arch) if not v.is_baseline]
+        records = tuple({"arch": args.arch, "isa": group} for group in named)
+    if len(records) < 2:
+        sys.exit(f"{args.arch}: fewer than two groups, nothing to fan out")
+    # as `cpubuild ci` renders them: a floor is built by the group naming it, else by every group
+    groups = fan_out(matrix, records, list(matrix.arches))[args.arch]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     inside = project.root.relative_to(REPO)
     rounds, shared = [], []

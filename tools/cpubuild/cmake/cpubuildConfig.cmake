@@ -29,6 +29,7 @@
 #
 # Cache variables (`cpubuild wheel` sets them; plain builds use the defaults):
 #   CPUBUILD_ISA             variants to build: all (default) or a , / ; list (the baseline is always added)
+#   CPUBUILD_PARTIAL         a part for `cpubuild merge`: an arch's floor only when CPUBUILD_ISA names it (default OFF)
 #   CPUBUILD_ARCH            target arch (default: from CMAKE_SYSTEM_PROCESSOR / CMAKE_OSX_ARCHITECTURES)
 #   CPUBUILD_SYMVER_HEADER   manylinux .symver header, force-included everywhere (written by cpubuild wheel)
 #   CPUBUILD_PROJECT_DIR     where pyproject.toml is (default: CMAKE_SOURCE_DIR)
@@ -66,6 +67,7 @@ endif()
 
 set(CPUBUILD_PROJECT_DIR "${CMAKE_SOURCE_DIR}" CACHE PATH "Project directory (pyproject.toml with [tool.cpubuild])")
 set(CPUBUILD_ISA "all" CACHE STRING "Variants to build: 'all' or a ,/; list (the baseline is always added)")
+option(CPUBUILD_PARTIAL "A part for cpubuild merge: an arch's floor is built only when CPUBUILD_ISA names it" OFF)
 set(CPUBUILD_SYMVER_HEADER "" CACHE FILEPATH "Header of .symver directives (written by cpubuild wheel)")
 option(CPUBUILD_CCACHE "Use ccache when installed and no compiler launcher is set" ON)
 
@@ -274,10 +276,8 @@ function(_cpubuild_select_variants)
     set(wanted ${CPUBUILD_VARIANTS})
   else()
     set(explicit ON)
+    list(TRANSFORM wanted REPLACE "^baseline$" "${CPUBUILD_BASELINE_VARIANT}")  # every arch's, whatever its name
     foreach(v IN LISTS wanted)
-      if(v STREQUAL "baseline")
-        continue()  # every arch's baseline, whatever its name
-      endif()
       if(NOT v IN_LIST CPUBUILD_ALL_VARIANTS)
         message(FATAL_ERROR "cpubuild: unknown variant '${v}' for ${CPUBUILD_ARCH} (known: ${CPUBUILD_ALL_VARIANTS})")
       endif()
@@ -286,7 +286,9 @@ function(_cpubuild_select_variants)
       endif()
     endforeach()
   endif()
-  list(PREPEND wanted ${CPUBUILD_BASELINE_VARIANT})
+  if(NOT (CPUBUILD_PARTIAL AND CPUBUILD_FLOOR AND explicit))
+    list(PREPEND wanted ${CPUBUILD_BASELINE_VARIANT})  # a partial's floor: only where the list names it
+  endif()
   list(REMOVE_DUPLICATES wanted)
   set(built "")
   foreach(v IN LISTS CPUBUILD_VARIANTS)  # matrix order: baseline first

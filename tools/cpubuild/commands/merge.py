@@ -21,10 +21,10 @@ from ..wheelbuild.merge import merge_or_fail
               help="Project directory, for --variant-wheels (default: the nearest one above the working directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def command(partials: tuple[Path, ...], out_dir: Path, variant_wheels: bool, project_dir: Path | None, as_json: bool) -> None:
-    """Merge partial wheels (`cpubuild wheel --isa X` on several runners) into one.
+    """Merge partial wheels (`cpubuild wheel --partial --isa X` on several runners) into one.
 
     They must come from one commit, project, compiler and cpubuild, each with
-    the baseline; the result is byte-identical to a single build of the union
+    the baseline (an arch with a floor: one of them with the floor); the result is byte-identical to a single build of the union
     of their variants. Refusals name the differing field; nothing is written.
     """
     merged = merge_or_fail(partials, out_dir)

@@ -70,7 +70,8 @@ class WheelSettings:
 
     isa: tuple[str, ...] = setting(
         (), "Variants to include (repeatable, comma-separated): names from isa_matrix.toml, 'all' (default: every "
-            "variant of the arch) or 'native' (the best this host runs). The baseline is always included.",
+            "variant of the arch) or 'native' (the best this host runs). The baseline (or the arch's floor) is "
+            "always included, except a floor in a --partial build.",
         # any case and ';' (a CMake list) as before: the plan lower-cases and splits them
         pattern=r"[A-Za-z][A-Za-z0-9_]*(;[A-Za-z][A-Za-z0-9_]*)*", comma_list=True, metavar="NAME[,NAME]", default_text="all",
         problem="{value!r}: variant names of isa_matrix.toml (letters, digits, '_'), 'all' or 'native'")
@@ -99,6 +100,9 @@ class WheelSettings:
                                 "which must be this version; cross: its wheel for the target is fetched). The wheel "
                                 "pins torch==X.Y.* and is labelled +cpu.ptXY.", pattern=r"[0-9][0-9A-Za-z.+-]*",
                                 metavar="X.Y.Z", default_text="this Python's torch")
+    partial: bool = setting(False, "Build a part for `cpubuild merge` (one CI runner's share): the variants "
+                            "--isa names, plus the baseline; an arch with a floor gets its floor only where --isa "
+                            "names it, so one partial compiles it instead of every one (docs/scale-out.md).")
     variant_wheels: bool = setting(False, "Also make PEP 825 variant wheels from the wheel: one per install-time "
                                    "CPU level the variants map to (x86-64 v1..v4; the matrix's install-level), "
                                    "plus `null`, and {name}-{version}-variants.json.")
@@ -167,7 +171,8 @@ class CiSettings:
                                    default_text="cpubuild==<this version>")
     variant_groups: tuple[dict[str, str], ...] = setting(
         (), "Fan an arch's build out over runners: one build job per group {arch = ..., isa = \"a,b\"}, each "
-            "building the baseline and its variants into a partial wheel, then a merge job (`cpubuild merge`). "
+            "building the baseline and its variants into a partial wheel (`cpubuild wheel --partial`; an arch's floor in "
+            "the group that names it, else in every group), then a merge job (`cpubuild merge`). "
             "An arch's groups cover each of its variants once, two groups or more (docs/scale-out.md). Default: "
             "one build job per arch.", record_keys=("arch", "isa"), record_required=("arch", "isa"),
         default_text="one job per arch")

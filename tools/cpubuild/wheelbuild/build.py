@@ -47,7 +47,7 @@ def plan_from_options(
         features = hostprobe.host_features(arch, matrix.features.get(arch, {}))
         return best_runnable(matrix, arch, features.found).name
 
-    isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None)
+    isa = resolve_isa_set(matrix, arch, options.isa, native=native if arch == host.arch else None, partial=options.partial)
     torch = torch_for(project, matrix.arches[arch], options.torch, native=arch == host.arch)
     shared_cache = sharedcache.resolve(options.cache)
     isolated = not project.backend_importable() if options.isolation == "auto" else options.isolation == "on"
@@ -110,6 +110,9 @@ def build_wheel(project: Project, *, cli: dict[str, Any], quiet: bool, verbose: 
     )
     matrix = project.load_matrix()
     host = Host.current()
+    if options.partial and options.variant_wheels:
+        raise UsageError("--variant-wheels with --partial: a partial is not a release; derive the variant wheels from "
+                         "the merged one (cpubuild merge --variant-wheels)")
     plan = plan_from_options(project, matrix, options, host=host, verbose=verbose)
     if options.variant_wheels:
         plan_level_wheels(matrix, plan.arch, plan.variants)  # an arch without levels fails before the build

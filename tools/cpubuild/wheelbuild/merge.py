@@ -1,9 +1,10 @@
 """`cpubuild merge`: partial wheels built on several runners -> the one wheel a
 single `cpubuild wheel` with all their variants would have made, byte for byte.
 
-A partial is an ordinary `cpubuild wheel --isa X` wheel: the baseline, the
-probe, the runtime and its own variants, repaired and labelled with its ISA
-set. Variant libraries do not depend on which other variants share the build,
+A partial is an ordinary `cpubuild wheel --partial --isa X` wheel: the
+baseline, the probe, the runtime and its own variants, repaired and labelled
+with its ISA set (an arch with a floor instead of a baseline: one partial holds
+the floor). Variant libraries do not depend on which other variants share the build,
 so the merge only has to redo what does: the ISA-set label (file name,
 .dist-info, METADATA, and text files holding the version such as a generated
 ``_version.py``), the manifest's ``built`` flags, the SBOM (rebuilt from the
@@ -217,7 +218,7 @@ def check_partials(partials: Sequence[Partial]) -> dict[str, Partial]:
             raise MergeError(f"{p.path.name} was built by cpubuild {p.manifest.get('cpubuild')}; this is cpubuild "
                              f"{__version__} (merge with the cpubuild that built the partials)")
         baseline = p.order[0]
-        if baseline not in p.built or baseline not in p.contents.variant_libraries:
+        if "floor" not in p.manifest and (baseline not in p.built or baseline not in p.contents.variant_libraries):
             raise MergeError(f"{p.path.name} lacks the baseline variant {baseline!r}: not a complete partial wheel")
     _same(partials, "project", lambda p: p.contents.name)
     _same(partials, "source version (commit)", lambda p: p.source_version)
@@ -242,6 +243,10 @@ def check_partials(partials: Sequence[Partial]) -> dict[str, Partial]:
             if first.members.get(lib) != p.members.get(lib):
                 raise MergeError(f"variant {name!r} has different bytes in {first.path.name} and {p.path.name} "
                                  f"({lib}) from the same compiler, flags and sources: is the build reproducible?")
+    floor = partials[0].manifest.get("floor")
+    if floor is not None and floor not in holder:  # a floor is built by one partial (cpubuild wheel --partial)
+        raise MergeError(f"no partial holds the floor variant {floor!r} (the arch's lowest): build it into one of them "
+                         f"(cpubuild wheel --partial --isa {floor},...)")
     return holder
 
 

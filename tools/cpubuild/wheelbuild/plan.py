@@ -7,7 +7,7 @@ the whole matrix -> plan path, cibuildwheel style.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cmake import CMAKE_DIR
@@ -35,6 +35,7 @@ class IsaSet:
     variants: tuple[str, ...]
     complete: bool  # every variant of the arch
     label: tuple[str, ...]  # local-version segments: ("cpu",) or ("cpu", "avx512")
+    without_floor: bool = False  # a --partial build leaving the arch's floor to another partial
 
     @property
     def label_text(self) -> str:
@@ -96,18 +97,22 @@ def resolve_isa_set(
     requested: Iterable[str],
     *,
     native: Callable[[], str] | None = None,
+    partial: bool = False,
 ) -> IsaSet:
     """Validates and expands `--isa` values for `arch`.
 
     `native` returns the best variant this host runs; None when the target is
-    not the host (then `native` is a usage error). The baseline is always added.
+    not the host (then `native` is a usage error). The baseline is always added;
+    a floor too, except in a `partial` build (one partial of the merge holds it:
+    a floor is a full variant, not a small fallback every partial can carry).
     """
     arch = hardware().resolve_arch(arch, matrix.arches, offered_by="isa_matrix.toml declares")
     check_labels_unique(matrix, arch)
     ordered = matrix.variants_for(arch)
     known = [v.name for v in ordered]
     names = split_isa_args(requested) or [ALL]
-    wanted: set[str] = {matrix.baseline(arch).name}
+    lowest = matrix.baseline(arch)
+    wanted: set[str] = set() if partial and lowest.floor else {lowest.name}
     for name in names:
         if name == ALL:
             wanted.update(known)
@@ -118,7 +123,7 @@ def resolve_isa_set(
         elif name in known:
             wanted.add(name)
         elif name == BASELINE:
-            pass  # always in
+            wanted.add(lowest.name)
         else:
             others = _arch_of(matrix, name)
             if others:
@@ -127,7 +132,8 @@ def resolve_isa_set(
                 )
             raise UnknownISAError(f"unknown ISA {name!r} for {arch} (known: {', '.join(known)}, {ALL}, {NATIVE})")
     variants = tuple(n for n in known if n in wanted)
-    return IsaSet(arch=arch, variants=variants, complete=len(variants) == len(known), label=isa_label(matrix, arch, variants))
+    return IsaSet(arch=arch, variants=variants, complete=len(variants) == len(known), label=isa_label(matrix, arch, variants),
+                  without_floor=lowest.name not in wanted)
 
 
 def best_runnable(matrix: Matrix, arch: str, host_features: Iterable[str]) -> Variant:
@@ -173,7 +179,7 @@ class BuildPlan:
 
 def build_dir_for(build_root: Path, arch: str, isa: IsaSet) -> Path:
     """One build directory per (arch, ISA set, torch): switching never reconfigures another's."""
-    return build_root / f"{arch}-{isa.label_text}"
+    return build_root / f"{arch}-{isa.label_text}{'-partial' if isa.without_floor else ''}"
 
 
 def with_torch(isa: IsaSet, torch: TorchBuild | None) -> IsaSet:
@@ -181,7 +187,7 @@ def with_torch(isa: IsaSet, torch: TorchBuild | None) -> IsaSet:
     of one source for several torch versions never share a name."""
     if torch is None:
         return isa
-    return IsaSet(arch=isa.arch, variants=isa.variants, complete=isa.complete, label=(isa.label[0], torch.label, *isa.label[1:]))
+    return replace(isa, label=(isa.label[0], torch.label, *isa.label[1:]))
 
 
 def torch_settings(torch: TorchBuild) -> dict[str, str]:
@@ -204,6 +210,7 @@ def config_settings(*, isa: IsaSet, build_dir: Path, ccache: str | None, verbose
         # An explicit list: CMake then fails (instead of skipping) when the
         # compiler cannot build a variant that was asked for.
         "cmake.define.CPUBUILD_ISA": isa.cmake_list,
+        "cmake.define.CPUBUILD_PARTIAL": "ON" if isa.without_floor else "OFF",  # the floor only if the list names it
         "wheel.reproducible": "true",
         "build.verbose": "true" if verbose else "false",
         # the SBOM's per-variant flags and sources (sbom.py)

@@ -260,7 +260,7 @@ def _build(
         raise BuildFailedError(f"{message}; full log: {log_path}", detail=log_tail(text))
 
     built = wheelzip.inspect(outcome.wheel)
-    baseline = plan.variants[0]
+    baseline = None if plan.isa.without_floor else plan.variants[0]  # a partial without the floor: every library is guarded
     guarded = [lib for name, lib in built.variant_libraries.items() if name != baseline]
     reporter.stage("repair")
     if plan.repair:

@@ -83,7 +83,7 @@ def _build_steps(pipe: Pipeline, fanned: bool) -> list[dict[str, Any]]:
     """Setup, the shared cache when vars.CPUBUILD_CACHE is set (its client and the
     role's credentials; never a literal credential), the build, the audit, the upload."""
     cache_set = "vars.CPUBUILD_CACHE != ''"
-    isa = " --isa ${{ matrix.isa }}" if fanned else ""
+    isa = " --partial --isa ${{ matrix.isa }}" if fanned else ""
     artifact = "${{ matrix.artifact }}" if fanned else "wheels-${{ matrix.arch }}"
     return [
         *_setup(pipe, extra_apt="cmake ninja-build ccache ${{ matrix.compiler }}"),

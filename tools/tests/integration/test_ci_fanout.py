@@ -35,7 +35,7 @@ def test_groups_fan_out_the_build_and_a_merge_job_per_arch() -> None:
         ("x86_64", "avx512vnni,avx512bf16,amx", "partial-x86_64-2"),  # matrix order, whatever the setting's
         ("aarch64", "all", "wheels-aarch64"), ("s390x", "all", "wheels-s390x")]
     build = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
-    assert "--isa ${{ matrix.isa }}" in build and '${CACHE:+--cache "$CACHE"}' in build
+    assert "--partial --isa ${{ matrix.isa }}" in build and '${CACHE:+--cache "$CACHE"}' in build
     assert [r["arch"] for r in jobs["merge"]["strategy"]["matrix"]["include"]] == ["x86_64"]
     merge = jobs["merge"]["steps"]
     assert merge[-3]["with"]["pattern"] == "partial-${{ matrix.arch }}-*"
@@ -94,3 +94,19 @@ def test_a_project_in_a_sub_directory_gets_its_artifact_paths_below_it() -> None
     assert paths["build"] == ["libs/k/wheelhouse/*.whl"]
     assert paths["merge"] == ["libs/k/partial", "libs/k/wheelhouse/*.whl"]
     assert paths["test"] == paths["nightly"] == paths["release"] == ["libs/k/wheelhouse"]
+
+
+def test_a_floor_is_built_by_the_group_naming_it_else_by_every_group() -> None:
+    """vLLM's matrix has a floor (avx2), a full variant: one partial builds it, the rendered jobs say --partial."""
+    matrix = load_matrix(REPO / "examples" / "vllm-cpu" / "isa_matrix.toml")
+    named = fan_out(matrix, ({"arch": "x86_64", "isa": "avx2,avx512,avx512vnni"}, {"arch": "x86_64", "isa": "avx512bf16"},
+                             {"arch": "x86_64", "isa": "amx"}), ARCHES)
+    assert named == {"x86_64": [["avx2", "avx512", "avx512vnni"], ["avx512bf16"], ["amx"]]}
+    unnamed = fan_out(matrix, ({"arch": "x86_64", "isa": "avx512,avx512vnni"}, {"arch": "x86_64", "isa": "avx512bf16,amx"}), ARCHES)
+    assert unnamed == {"x86_64": [["avx2", "avx512", "avx512vnni"], ["avx2", "avx512bf16", "amx"]]}
+    with pytest.raises(UsageError, match="'avx2' is already in another x86_64 group"):
+        fan_out(matrix, ({"arch": "x86_64", "isa": "avx2,avx512"}, {"arch": "x86_64", "isa": "avx2,amx"}), ARCHES)
+    workflow = release_workflow(matrix, derived_cases(matrix), pipeline(({"arch": "x86_64", "isa": "avx2,avx512"},
+                                                                        {"arch": "x86_64", "isa": "avx512vnni,avx512bf16,amx"})))
+    build = "\n".join(s.get("run", "") for s in workflow["jobs"]["build"]["steps"])
+    assert "cpubuild wheel --arch ${{ matrix.arch }} --partial --isa ${{ matrix.isa }}" in build

@@ -1,9 +1,11 @@
 """`cpubuild merge`: cpukern's six x86 variants built as three partial wheels (as three
 CI runners would), merged, equal byte for byte to one `cpubuild wheel` of all of them -
 and so are the PEP 825 variant wheels derived from each; the same for an aarch64 cross
-build (one partial per variant; a torch project's merge is in test_torch_project.py). Refusals: another commit,
-other flags (a real build with different CXXFLAGS), an overlapping variant whose bytes
-differ, a partial without the baseline; each one line, exit 2, nothing written.
+build (one partial per variant; a torch project's merge is in test_torch_project.py), and a project
+whose matrix has a floor instead of a baseline, its floor built by one partial only. Refusals: another
+commit, other flags (a real build with different CXXFLAGS), an overlapping variant whose bytes
+differ, a partial without the baseline, partials none of which holds the floor; each one line, exit 2,
+nothing written.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import pytest
 from cpubuild.hardware import hardware
 from cpubuild.matrix import load_matrix
 from cpubuild.toolchain import wheelzip
+from test_variant_inputs import MATRIX as FLOOR_MATRIX
+from test_variant_inputs import ONLY512
 from testsupport import CPUKERN_MATRIX, REPO, require_host, require_tool
 
 pytestmark = [pytest.mark.slow]
@@ -51,7 +55,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("merge")
     built = {"all": build(tmp, "all", "--variant-wheels")}
     for isa in PARTIALS:
-        built[isa] = build(tmp, isa)
+        built[isa] = build(tmp, isa, "--partial")
     return built
 
 
@@ -153,3 +157,44 @@ def test_not_a_wheel_and_one_partial_are_refused(wheels: dict[str, Path], tmp_pa
     junk.write_bytes(b"not a zip")
     refused([junk, wheels["avx2,avxvnni"]], tmp_path / "out", "not a readable wheel")
     refused([wheels["avx2,avxvnni"]], tmp_path / "out", "at least two")
+
+
+FLOOR_VNNI = """
+[[variant]]
+name = "avx512vnni"
+extends = "avx512"
+requires = ["avx512_vnni"]
+flags = ["-mavx512vnni"]
+"""
+
+
+def test_a_floor_is_built_by_one_partial_and_the_merge_equals_the_single_build(tmp_path: Path) -> None:
+    """A matrix with a floor (no baseline): `--partial` leaves the floor to the partial naming it (vLLM's
+    floor is a full variant: every partial compiling it was most of a partial's work)."""
+    require_host(os.uname().machine == "x86_64", "an x86_64 host")
+    project = tmp_path / "fl"
+    proc = cpubuild("init", "--name", "fl", "--arch", "x86_64", "-q", str(project))
+    assert proc.returncode == 0, proc.stderr
+    (project / "isa_matrix.toml").write_text(FLOOR_MATRIX + FLOOR_VNNI, encoding="utf-8")
+    (project / "csrc" / "only512.c").write_text(ONLY512, encoding="utf-8")
+
+    def wheel(name: str, *args: str) -> Path:
+        proc = cpubuild("wheel", "--project", str(project), "--out", str(tmp_path / name), "--json", *args)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return Path(json.loads(proc.stdout)["wheel"]["path"])
+
+    single = wheel("single", "--isa", "all")
+    with_floor = wheel("p1", "--partial", "--isa", "avx2")
+    avx512, vnni = wheel("p2", "--partial", "--isa", "avx512"), wheel("p3", "--partial", "--isa", "avx512vnni")
+    assert wheelzip.inspect(avx512).built_variants == ("avx512",)
+    assert set(wheelzip.inspect(avx512).variant_libraries) == {"avx512"}  # the floor's library is not built there
+    assert wheelzip.inspect(wheel("whole", "--isa", "avx512")).built_variants == ("avx2", "avx512")  # not a partial
+    proc = cpubuild("merge", str(vnni), str(with_floor), str(avx512), "--out", str(tmp_path / "merged"))
+    assert proc.returncode == 0, proc.stderr
+    merged = Path(proc.stdout.strip().splitlines()[-1])
+    assert merged.name == single.name and sha(merged) == sha(single)
+    refused([avx512, vnni], tmp_path / "out", "no partial holds the floor variant 'avx2'", "--partial --isa avx2")
+    proc = cpubuild("wheel", "--project", str(project), "--partial", "--isa", "avx512", "--variant-wheels",
+                    "--out", str(tmp_path / "vw"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cpubuild merge --variant-wheels" in proc.stderr, proc.stderr
+    assert not (tmp_path / "vw").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cpubuild.errors import UnknownISAError, UsageError
-from cpubuild.matrix import MatrixError, load_matrix, parse_matrix
+from cpubuild.matrix import Matrix, MatrixError, load_matrix, parse_matrix
 from cpubuild.version_provider import ENV_VERSION
 from cpubuild.wheelbuild.plan import (
     ALL,
@@ -24,7 +24,7 @@ from cpubuild.wheelbuild.plan import (
 )
 from cpubuild.wheelbuild.version import SourceVersion, compose
 from packaging.version import Version
-from testsupport import CPUKERN_MATRIX
+from testsupport import CPUKERN_MATRIX, REPO
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 ARCHES = list(MATRIX.arches)
@@ -283,3 +283,36 @@ def test_user_config_settings_join_the_plan_but_not_cpubuilds_own() -> None:
     for key in ("build-dir", "wheel.reproducible", "cmake.define.CPUBUILD_ISA"):
         with pytest.raises(UsageError, match=f"-C {key}: cpubuild sets this config-setting itself"):
             make_plan(**common, extra_settings={key: "x"})  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ --partial
+
+FLOORED = load_matrix(REPO / "examples" / "vllm-cpu" / "isa_matrix.toml")  # x86_64 floor avx2, aarch64 floor neon
+
+
+def test_a_floor_is_added_to_every_wheel_but_a_partial() -> None:
+    whole = resolve_isa_set(FLOORED, "x86_64", ["amx"])
+    assert whole.variants == ("avx2", "amx") and not whole.without_floor
+    part = resolve_isa_set(FLOORED, "x86_64", ["amx"], partial=True)
+    assert part.variants == ("amx",) and part.without_floor
+    assert part.label == whole.label == ("cpu", "amx")  # one label: the build directories tell them apart
+    assert build_dir_for(Path("/b"), "x86_64", part) != build_dir_for(Path("/b"), "x86_64", whole)
+    for named in (["avx2", "avx512"], ["baseline", "avx512"]):  # the floor where the partial names it
+        named_part = resolve_isa_set(FLOORED, "x86_64", named, partial=True)
+        assert named_part.variants == ("avx2", "avx512") and not named_part.without_floor
+    assert resolve_isa_set(FLOORED, "aarch64", [], partial=True).variants == ("neon", "neon_bf16", "neon_i8mm")
+
+
+def test_a_partial_tells_cmake_to_leave_the_floor_out_only_when_it_does() -> None:
+    def settings(matrix: Matrix, names: list[str], partial: bool) -> dict[str, str]:
+        isa = resolve_isa_set(matrix, "x86_64", names, partial=partial)
+        plan = make_plan(matrix=matrix, project=Path("/src"), isa=isa, platform="linux-native", source=SOURCE,
+                         build_root=Path("/b"), out_dir=Path("/out"), frontend="build", isolated=False, jobs=2,
+                         ccache=None, repair=True, clean=False)
+        return {k.removeprefix("cmake.define."): v for k, v in plan.config_settings.items() if "CPUBUILD_ISA" in k or "PARTIAL" in k}
+
+    assert settings(FLOORED, ["amx"], True) == {"CPUBUILD_ISA": "amx", "CPUBUILD_PARTIAL": "ON"}
+    assert settings(FLOORED, ["amx"], False) == {"CPUBUILD_ISA": "avx2,amx", "CPUBUILD_PARTIAL": "OFF"}
+    # a baseline (cpukern's) is in every partial: it is small and every partial must run somewhere
+    base = MATRIX.baseline("x86_64").name
+    assert settings(MATRIX, ["amx"], True) == {"CPUBUILD_ISA": f"{base},amx", "CPUBUILD_PARTIAL": "OFF"}
