@@ -17,7 +17,7 @@ single / N + 10 %; warm shared-cache build >= 5x faster than cold. Wall and CPU
 seconds (the process tree's user + system), median of --repeat runs; the merged
 wheel must equal the single build byte for byte.
 
-    python benchmarks/bench_scale_out.py [--project DIR] [--arch ARCH] [--repeat N] [--no-shared-cache] [--json]
+    python benchmarks/bench_scale_out.py [--project DIR] [--arch ARCH] [--repeat N] [--no-shared-cache] [--no-fan-out] [--json]
     python benchmarks/bench_scale_out.py --project examples/torch_ops --repeat 1
     python benchmarks/bench_scale_out.py --project examples/vllm-cpu --repeat 1 --no-shared-cache \
         --groups 'avx2,avx512,avx512vnni|avx512bf16|amx' --wheel-args '-C cmake.define.VLLM_CPU_OPS_FULL=ON --no-repair'
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--arch", default="x86_64")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-shared-cache", action="store_true", help="Skip the S3 cold/warm part.")
+    parser.add_argument("--no-fan-out", action="store_true", help="Skip the one runner vs partials part.")
     parser.add_argument("--groups", help="Variant groups, e.g. 'avx2,avx512|avx512bf16,amx' (default: the project's "
                                          "[tool.cpubuild.ci] variant-groups, else one group per variant)")
     parser.add_argument("--wheel-args", default="", help="More `cpubuild wheel` arguments for every build, one string "
@@ -168,7 +169,7 @@ def main() -> None:
     rounds, shared = [], []
     with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as tmp:
         source = clone_head(head, Path(tmp) / "source") / inside
-        for r in range(args.repeat):
+        for r in range(0 if args.no_fan_out else args.repeat):
             print(f"round {r + 1}/{args.repeat}: one runner, then {len(groups)} partials + merge", file=sys.stderr)
             rounds.append(one_round(source, args.arch, groups, Path(tmp) / f"r{r}"))
         if not args.no_shared_cache:
@@ -176,11 +177,30 @@ def main() -> None:
                 for r in range(args.repeat):
                     print(f"round {r + 1}/{args.repeat}: shared S3 cache, cold clone then warm clone", file=sys.stderr)
                     shared.append(shared_cache_round(inside, head, args.arch, Path(tmp) / f"s{r}", env, r))
-    n = len(groups)
+    result: dict[str, Any] = {"project": project.config.dist_name, "arch": args.arch, "groups": [",".join(g) for g in groups],
+                              "repeat": args.repeat, "wheel_args": WHEEL_ARGS}
+    if rounds:
+        result.update(fan_out_result(rounds, len(groups)))
+    if shared:
+        cold = statistics.median(s["cold"]["wall_s"] for s in shared)
+        warm = statistics.median(s["warm"]["wall_s"] for s in shared)
+        result.update(cold_wall_s=cold, warm_wall_s=warm, warm_speedup=cold / warm, target_warm_speedup=5.0,
+                      warm_cache=shared[-1]["warm"]["cache"], shared_identical=all(s["identical"] for s in shared),
+                      warm_speedup_per_round=[s["cold"]["wall_s"] / s["warm"]["wall_s"] for s in shared])
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    if rounds:
+        print_fan_out(result, args.arch, args.repeat)
+    if shared:
+        print(f"  shared S3 cache: cold {result['cold_wall_s']:.1f} s, warm {result['warm_wall_s']:.1f} s -> "
+              f"{result['warm_speedup']:.1f}x (target >= 5x); warm hits {result['warm_cache']['hits']}/"
+              f"{result['warm_cache']['compile_requests']}; same wheel: {result['shared_identical']}")
+
+
+def fan_out_result(rounds: list[dict[str, Any]], n: int) -> dict[str, Any]:
     single, critical = median(rounds, "single_wall_s"), median(rounds, "critical_wall_s")
-    result: dict[str, Any] = {
-        "project": project.config.dist_name, "arch": args.arch, "groups": [",".join(g) for g in groups], "repeat": args.repeat,
-        "wheel_args": WHEEL_ARGS,
+    return {
         "single_wall_s": single, "critical_wall_s": critical, "single_cpu_s": median(rounds, "single_cpu_s"),
         "critical_cpu_s": median(rounds, "critical_cpu_s"), "merge_wall_s": median(rounds, "merge_wall_s"),
         "partial_wall_s": [statistics.median(r["partials"][i]["wall_s"] for r in rounds) for i in range(n)],
@@ -189,15 +209,11 @@ def main() -> None:
         "merged_equals_single": all(r["merged_equals_single"] for r in rounds),
         "critical_over_single_per_round": [r["critical_wall_s"] / r["single_wall_s"] for r in rounds],
     }
-    if shared:
-        cold = statistics.median(s["cold"]["wall_s"] for s in shared)
-        warm = statistics.median(s["warm"]["wall_s"] for s in shared)
-        result.update(cold_wall_s=cold, warm_wall_s=warm, warm_speedup=cold / warm, target_warm_speedup=5.0,
-                      warm_cache=shared[-1]["warm"]["cache"], shared_identical=all(s["identical"] for s in shared))
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return
-    print(f"{result['project']} {args.arch}: {n} groups ({' | '.join(result['groups'])}), median of {args.repeat}")
+
+
+def print_fan_out(result: dict[str, Any], arch: str, repeat: int) -> None:
+    single, critical, n = result["single_wall_s"], result["critical_wall_s"], len(result["groups"])
+    print(f"{result['project']} {arch}: {n} groups ({' | '.join(result['groups'])}), median of {repeat}")
     print(f"  one runner, all variants      {single:7.1f} s wall  {result['single_cpu_s']:7.1f} s CPU")
     for g, seconds in zip(result["groups"], result["partial_wall_s"], strict=True):
         print(f"  partial {g:22}{seconds:7.1f} s wall")
@@ -209,10 +225,6 @@ def main() -> None:
     print(f"  compile stage only: slowest partial {result['critical_compile_s']:.1f} s vs one runner "
           f"{result['single_compile_s']:.1f} s = {result['critical_compile_s'] / result['single_compile_s']:.2f}; "
           f"fixed cost per build {single - result['single_compile_s']:.1f} s")
-    if shared:
-        print(f"  shared S3 cache: cold {result['cold_wall_s']:.1f} s, warm {result['warm_wall_s']:.1f} s -> "
-              f"{result['warm_speedup']:.1f}x (target >= 5x); warm hits {result['warm_cache']['hits']}/"
-              f"{result['warm_cache']['compile_requests']}; same wheel: {result['shared_identical']}")
 
 
 if __name__ == "__main__":
