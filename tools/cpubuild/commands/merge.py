@@ -24,8 +24,9 @@ def command(partials: tuple[Path, ...], out_dir: Path, variant_wheels: bool, pro
     """Merge partial wheels (`cpubuild wheel --partial --isa X` on several runners) into one.
 
     They must come from one commit, project, compiler and cpubuild, each with
-    the baseline (an arch with a floor: one of them with the floor); the result is byte-identical to a single build of the union
-    of their variants. Refusals name the differing field; nothing is written.
+    the baseline (an arch with a floor: one of them with the floor); the result
+    is byte-identical to a single build of the union of their variants.
+    Refusals name the differing field; nothing is written.
     """
     merged = merge_or_fail(partials, out_dir)
     summary: dict[str, object] = {"wheel": str(merged.wheel), "arch": merged.arch, "variants": list(merged.variants),
