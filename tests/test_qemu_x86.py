@@ -190,6 +190,17 @@ print(json.dumps({"selected": cpukern.selected_isa(), "checked": checked}))
 """
 
 
+def test_selftest_passes_under_haswell(work: Path, package: str) -> None:
+    """Every variant Haswell runs (baseline, avx2) through cpukern's selftest:
+    each op and both GEMMs, few-rows and many-rows kernels, against float64."""
+    proc = emulated("Haswell", ["-m", "cpukern.selftest", "--json", "--raw-bf16"], work=work)
+    assert proc.returncode == 0, errors_only(proc.stderr)[-3000:] + proc.stdout[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["failures"] == [] and data["passed"] > 0, data["failures"]
+    assert set(data["variants"]) == {"baseline", "avx2"}
+    assert data["variant"] == "avx2"
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_ops_correct_under_model(model: str, work: Path, package: str) -> None:
     """Nehalem runs the baseline library on a CPU without AVX: proof that it holds

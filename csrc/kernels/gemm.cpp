@@ -69,7 +69,7 @@ using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<Sdot, Sdot, 0>;
 #else
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
-using Int8 = Kernels<GenericInt8, GenericInt8, 0>;
+using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16>;
 #endif
 
 constexpr int kmax(int a, int b) { return a > b ? a : b; }

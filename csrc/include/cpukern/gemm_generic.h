@@ -5,7 +5,9 @@
 //  - int8: packed B lanes hold int8 quads; each 16-bit half is split into
 //    its sign-extended even and odd byte, and pmaddwd-style multiply-adds of
 //    16-bit pairs accumulate in int32: exact, no saturation (the vpmaddubsw
-//    trick saturates at 2 * 255 * 128).
+//    trick saturates at 2 * 255 * 128). From 16 rows on the split is done once
+//    per block into an int16 panel (GenericInt8Wide), as bf16 widens into a
+//    float panel (GenericBf16Wide).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -54,6 +56,19 @@ inline V load_vec(const void* p) {
 template <class V>
 inline void store_vec(void* p, V v) {  // by value: the accumulators stay in registers
     std::memcpy(p, &v, sizeof v);
+}
+// A scheduling barrier on one vector register: it is taken as computed so far.
+// Only a hint (no effect on results), left out where the vector type is not
+// one register (SIMDe's emulated AVX-512) or no constraint names one.
+template <class T>
+inline void keep_in_register(T& v) {
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(CPUKERN_SIMDE)
+    __asm__("" : "+v"(v));
+#elif defined(__aarch64__)
+    __asm__("" : "+w"(v));
+#else
+    (void)v;
+#endif
 }
 // One 32-bit value broadcast to every lane, as an integer splat: a float
 // splat (simd::splat) adds +0.0f, and a lane-by-lane loop gets SLP-vectorised
@@ -160,7 +175,7 @@ struct GenericBf16Wide {
     static constexpr int NR = V * simd::kLanes;
     static constexpr int MR = kVecRegs == 32 ? 8 : 6;  // 6 x 2 accumulators + 2 B + 1 A = 15 registers
     static constexpr int KG = 2, kAkg = 2, APER = 2;
-    static constexpr int64_t kMcTarget = 96, kNcTarget = 128, kKcTarget = 256;
+    static constexpr int64_t kMcTarget = 256, kNcTarget = 128, kKcTarget = 256;  // mc: the panel widened once serves 32 row panels (6-8 % on zmm at M = 256)
     static constexpr bool kOffsetA = false;
     static constexpr const char* kName = "widened panel+fma";
     using BPrep = float;  // [kk][NR]
@@ -257,6 +272,75 @@ struct GenericInt8 {
                 const VS ae = (VS)bcast(ag + 2 * r), ao = (VS)bcast(ag + 2 * r + 1);
 #pragma GCC unroll 4
                 for (int v = 0; v < V; ++v) acc[r][v] += madd16(e[v], ae) + madd16(o[v], ao);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+    }
+};
+
+// Many rows: each B panel slice is split once per block into its sign-extended
+// even and odd bytes (int16, L1-resident) and reused by every row panel, so
+// the inner loop is one madd and one add per vector: the three shifts per B
+// vector of GenericInt8 left the madd ports idle a third of the time.
+struct GenericInt8Wide {
+    using AIn = int8_t;
+    using APack = uint32_t;  // as GenericInt8
+    using Acc = int32_t;
+    static constexpr int V = 2;
+    static constexpr int NR = V * simd::kLanes;
+    static constexpr int MR = kVecRegs == 32 ? 8 : 6;  // 6 x 2 accumulators + 2 B + 1 A = 15 registers
+    static constexpr int KG = 4, kAkg = 4, APER = 2;
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 128, kKcTarget = 256;
+    static constexpr bool kOffsetA = false;
+    static constexpr const char* kName = "int16 panel madd";
+    using BPrep = int16_t;  // [group][even, odd][NR * 2]
+
+    static void begin() {}
+    static void end() {}
+    static void pack_a(const int8_t* s, uint32_t* d) { GenericInt8::pack_a(s, d); }
+
+    static void prep_b(const uint8_t* b, int64_t kk, int16_t* dst) {
+        for (int64_t g = 0; g < kk / KG; ++g) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) {
+                const VS x = load_vec<VS>(b + g * NR * 4 + v * kBytes);
+                store_vec(dst + (2 * g) * NR * 2 + v * simd::kLanes * 2, (VS)((VUS)x << 8) >> 8);
+                store_vec(dst + (2 * g + 1) * NR * 2 + v * simd::kLanes * 2, x >> 8);
+            }
+        }
+    }
+
+    template <int R>
+    static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+        const int16_t* b = reinterpret_cast<const int16_t*>(bp);
+        VI acc[R][V];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
+        for (int64_t g = 0; g < kk / KG; ++g) {
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                const uint32_t* ah = a + g * MR * 2 + half;
+                const int16_t* bh = b + (2 * g + half) * NR * 2;
+                VS bv[V];
+#pragma GCC unroll 4
+                for (int v = 0; v < V; ++v) bv[v] = load_vec<VS>(bh + v * simd::kLanes * 2);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) {
+                    const VS x = (VS)bcast(ah + 2 * r);
+#pragma GCC unroll 4
+                    for (int v = 0; v < V; ++v) acc[r][v] += madd16(bv[v], x);
+                }
+                // integer adds reassociate: GCC would sum both halves' products first
+                // and spill them (15 of 16 registers are taken)
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+                    for (int v = 0; v < V; ++v) keep_in_register(acc[r][v]);
             }
         }
 #pragma GCC unroll 16

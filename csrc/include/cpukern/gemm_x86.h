@@ -115,6 +115,8 @@ struct Vnni {
             acc[r][1] = load_c ? VnniVec::load(c + r * ldc + VnniVec::kLanes) : VnniVec::zero();
         }
         const int64_t groups = kk / KG;
+        // unrolled: 2-4 % on avxvnni at M = 256 (alternating builds), none on zmm
+#pragma GCC unroll 4
         for (int64_t g = 0; g < groups; ++g) {
             if constexpr (R <= 2) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
             const V b0 = VnniVec::load(b + g * kGroupBytes), b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
