@@ -105,12 +105,12 @@ int main() {
 # variant -> (QEMU CPU model that runs it, micro-kernels it must report for
 # (bf16, int8) at M=1 and M=130)
 CASES = {
-    ("aarch64", "neon"): ("cortex-a53", {"widen+fma", "widened panel+fma", "int16 madd"}),
+    ("aarch64", "neon"): ("cortex-a53", {"widen+fma", "widened panel+fma", "int16 madd", "int16 panel madd"}),
     ("aarch64", "neon_dotprod"): ("neoverse-n1", {"widen+fma", "widened panel+fma", "sdot"}),
     ("aarch64", "neon_bf16"): ("max", {"bfmmla", "smmla"}),
     ("aarch64", "sve"): ("max", {"bfmmla", "smmla"}),
-    ("s390x", "baseline"): ("max", {"widen+fma", "widened panel+fma", "int16 madd"}),
-    ("s390x", "vxe"): ("max", {"widen+fma", "widened panel+fma", "int16 madd"}),
+    ("s390x", "baseline"): ("max", {"widen+fma", "widened panel+fma", "int16 madd", "int16 panel madd"}),
+    ("s390x", "vxe"): ("max", {"widen+fma", "widened panel+fma", "int16 madd", "int16 panel madd"}),
 }
 
 
