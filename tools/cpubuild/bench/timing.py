@@ -47,14 +47,23 @@ def allocator() -> str:
     return "glibc malloc (tcmalloc not installed)"
 
 
+WARM_UP = 0.25  # of a round's budget, before its timing starts
+
+
 def time_round(fn: Callable[[], Any], budget_s: float) -> float:
     """Average microseconds per call over one round of about budget_s
-    (at least 3 calls), after one warm-up call; a single call for slow fns."""
+    (at least 3 calls), after a warm-up of a quarter of the budget (at least
+    one call); a single call for slow fns. The warm-up lets the previous
+    candidate's after-effects pass - its data in the caches, torch's OpenMP
+    threads still spinning on a 2-vCPU VM: a 32 MiB GEMV's first 30 calls
+    after torch or another variant ran 3-10 % slower than its steady state."""
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
     if first >= SLOW_S:
         return first * 1e6
+    while time.perf_counter() - start < budget_s * WARM_UP:
+        fn()
     n, start = 0, time.perf_counter()
     while True:
         fn()
