@@ -1,5 +1,5 @@
 """Checked calls remembered (cpukern/_memo.py): a call on the same torch
-buffers skips the argument checks, yet reads the buffers' current contents,
+buffers (or plain numpy arrays) skips the argument checks, yet reads the buffers' current contents,
 allocates a fresh output when it allocated one before, refuses what the
 checks refuse on every call, and never lets a remembered call stand for a
 different variant or scalar type. Model weights (nn.Parameter) are remembered
@@ -117,15 +117,46 @@ def test_a_remembered_product_stands_for_its_variant_only() -> None:
         cpukern.gemm_bf16(a, p1)
 
 
-def test_numpy_arrays_are_checked_in_full() -> None:
-    """Their writability can change between calls: never remembered."""
+def test_numpy_arrays_are_remembered_with_their_writability() -> None:
+    """A plain ndarray is keyed by its data (address, read-only): the same
+    arrays skip the checks and read their current contents; an array made
+    read-only is checked again and refused; subclasses are checked in full."""
     np = pytest.importorskip("numpy")
     x, w = np.ones((2, 8), np.float32), np.ones(8, np.float32)
     cpukern.rms_norm(x, w, out=x)
-    assert _memo.size() == 0
+    cpukern.rms_norm(x, w, out=x)
+    assert _memo.size() == 1
+    x[:] = 3.0
+    w[:] = 2.0
+    cpukern.rms_norm(x, w, 0.0, out=x)
+    assert np.allclose(x, 2.0), "a remembered call reads the arrays' current contents"
     x.setflags(write=False)
-    with pytest.raises(ValueError, match="out: array is read-only"):
-        cpukern.rms_norm(np.ones((2, 8), np.float32), w, out=x)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="out: array is read-only"):
+            cpukern.rms_norm(np.ones((2, 8), np.float32), w, out=x)
+    sizes = _memo.size()
+    cpukern.rms_norm(np.ones((2, 8), np.float32).view(np.matrix), w)  # a subclass: never keyed
+    assert _memo.size() == sizes
+
+
+def test_a_remembered_numpy_call_allocates_a_fresh_output() -> None:
+    np = pytest.importorskip("numpy")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x, w = np.ones((3, 16), np.float32), np.ones(16, np.float32)
+    first, second = cpukern.rms_norm(x, w), cpukern.rms_norm(x, w)
+    assert first is not second and first.ctypes.data != second.ctypes.data and np.array_equal(first, second)
+    a = np.ones((2, 16), ml_dtypes.bfloat16)
+    packed = cpukern.pack_b(np.ones((16, 8), ml_dtypes.bfloat16))
+    y1 = cpukern.gemm_bf16(a, packed, out_dtype="bfloat16")
+    y2 = cpukern.gemm_bf16(a, packed, out_dtype="bfloat16")
+    assert y2.dtype == ml_dtypes.bfloat16 and y2.shape == (2, 8) and y1.ctypes.data != y2.ctypes.data
+    assert np.array_equal(y2.astype(np.float32), np.full((2, 8), 16.0, np.float32))
+    ai, sa, sb = np.ones((2, 16), np.int8), np.ones(2, np.float32), np.full(8, 0.5, np.float32)
+    pi = cpukern.pack_b_int8(np.ones((16, 8), np.int8))
+    sizes = _memo.size()
+    z = [cpukern.gemm_w8a8(ai, sa, pi, sb) for _ in range(2)]
+    assert _memo.size() == sizes + 1 and z[0].ctypes.data != z[1].ctypes.data
+    assert z[1].dtype == np.float32 and np.array_equal(z[1], np.full((2, 8), 8.0, np.float32))
 
 
 def test_the_memo_is_bounded() -> None:

@@ -6,10 +6,13 @@ the scalar arguments' types and values. A model calls the same ops on the same
 buffers layer after layer, so the checks are done once per such key and their
 result, a `Plan`, is looked up afterwards: about a third of the per-call cost
 of checking again (a one-token rms_norm: ~12 us -> ~5 us; torch.ops' own
-dispatch of vLLM's kernel takes ~3 us). Only plain CPU tensors (torch.Tensor,
-nn.Parameter) are keyed; numpy arrays (whose writability can change), tensor
-subclasses and anything unusual take the full checks every time. A plan holds
-integers and shapes, never a tensor: nothing is kept alive.
+dispatch of vLLM's kernel takes ~3 us). Plain CPU tensors (torch.Tensor,
+nn.Parameter) and plain numpy arrays (np.ndarray itself) are keyed - an
+array by its `__array_interface__` data, which holds its read-only flag too,
+so an array made read-only is checked again (a GEMV with 16 MiB of int8
+weights: ~20 us of checks per numpy call, 6 % of it); subclasses and anything
+unusual take the full checks every time. A plan holds integers and shapes,
+never an array: nothing is kept alive.
 """
 
 from __future__ import annotations
@@ -38,22 +41,30 @@ class Plan(NamedTuple):
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}
-_plain_types: list[tuple[type, ...]] = []
+_torch_types: list[tuple[type, ...]] = []
+_numpy_types: list[Any] = []
+
+
+def _keyed_types() -> tuple[tuple[type, ...], Any]:
+    """(plain torch tensor types, np.ndarray), each once its module is imported."""
+    if not _torch_types and (torch := sys.modules.get("torch")) is not None:
+        _torch_types.append((torch.Tensor, torch.nn.parameter.Parameter))
+    if not _numpy_types and (np := sys.modules.get("numpy")) is not None:
+        _numpy_types.append(np.ndarray)
+    return (_torch_types[0] if _torch_types else ()), (_numpy_types[0] if _numpy_types else None)
 
 
 def key(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The key of one call, or None when it must be checked in full."""
-    if not _plain_types:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return None
-        _plain_types.append((torch.Tensor, torch.nn.parameter.Parameter))
-    plain = _plain_types[0]
+    torch_types, ndarray = _keyed_types()
     parts: list[Any] = [op]
     for t in tensors:
         if t is None:
             parts.append(None)
-        elif type(t) in plain and t.is_cpu:
+        elif type(t) is ndarray:
+            # (address, read-only): the data tuple, never equal to a tensor's address
+            parts += (t.__array_interface__["data"], t.shape, t.strides, t.dtype)
+        elif type(t) in torch_types and t.is_cpu:
             try:
                 parts += (t.data_ptr(), t.shape, t.stride(), t.dtype)
             except RuntimeError:  # sparse, mkldnn: no strides; the full checks say why
@@ -77,13 +88,27 @@ def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
     output gets a fresh one (on `like`'s device) when `out` is None."""
     args = plan.args
     if out is None and plan.out_shape is not None:
-        if plan.out_dtype is None:
-            out = like.new_empty(plan.out_shape)
+        if _numpy_types and type(like) is _numpy_types[0]:
+            out = _numpy_empty(plan.out_shape, like.dtype if plan.out_dtype is None else plan.out_dtype)
+            address = out.__array_interface__["data"][0]
         else:
-            out = like.new_empty(plan.out_shape, dtype=getattr(sys.modules["torch"], plan.out_dtype))
+            if plan.out_dtype is None:
+                out = like.new_empty(plan.out_shape)
+            else:
+                out = like.new_empty(plan.out_shape, dtype=getattr(sys.modules["torch"], plan.out_dtype))
+            address = out.data_ptr()
         if args is not None:
-            args = (*args[: plan.out_slot], out.data_ptr(), *args[plan.out_slot + 1 :])
+            args = (*args[: plan.out_slot], address, *args[plan.out_slot + 1 :])
     return out, args
+
+
+def _numpy_empty(shape: tuple[int, ...], dtype: Any) -> Any:
+    """A fresh numpy output; `dtype` a numpy dtype or a name ("bfloat16": ml_dtypes',
+    which the first, checked call already required)."""
+    np = sys.modules["numpy"]
+    if dtype == "bfloat16":
+        dtype = sys.modules["ml_dtypes"].bfloat16
+    return np.empty(shape, dtype=dtype)
 
 
 def find(k: tuple[Any, ...] | None) -> Plan | None:
