@@ -1,5 +1,5 @@
 // A freestanding runtime for one bare-metal run under Bochs: COM1 output, the
-// C library functions compiled code calls (memcpy, memset, posix_memalign ...),
+// C library functions compiled code calls (memcpy, memset, posix_memalign, mmap ...),
 // static TLS for the main "thread" (x86-64 variant II: the block right below
 // the thread pointer, %fs:0 holding the pointer itself), constructors, an IDT
 // that reports exceptions, and the end of the simulation (the string
@@ -136,6 +136,13 @@ int posix_memalign(void** p, size_t align, size_t bytes) {
 }
 void* malloc(size_t bytes) { return rt_alloc(bytes, 16); }
 void free(void*) {}  // a run is short: the bump allocator never reuses memory
+// Anonymous mappings only (kernels map their scratch memory): zeroed pages from
+// the bump allocator; a file mapping fails as MAP_FAILED.
+void* mmap(void*, size_t bytes, int, int, int fd, long) {
+    if (fd != -1) return reinterpret_cast<void*>(-1);
+    return memset(rt_alloc(bytes, 4096), 0, bytes);
+}
+int munmap(void*, size_t) { return 0; }
 [[noreturn]] void abort() {
     rt_puts("\n@@h fault abort\n");
     rt_shutdown();
