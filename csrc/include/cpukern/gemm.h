@@ -112,7 +112,7 @@ void pack_b(const T* b, int64_t K, int64_t N, int64_t sk, int64_t sn, const Layo
 // not allocate (page faults are very expensive on small VMs). Mapped here, not
 // taken from malloc: where an allocator puts it decided 10 % of a GEMM (M=256,
 // the same build: 20.0 ms with glibc's malloc, 22.0 with tcmalloc preloaded, as
-// `cpubuild bench` runs; 20.1-20.4 with its own mapping under either). Each kind
+// `cpubuild bench` runs; 20.4-21.0 with its own mapping under either). Each kind
 // starts at its own offset into its first page, so the A panels, the B panels
 // and the C tiles a micro-kernel touches do not share 4 KiB offsets.
 class Scratch {
