@@ -115,6 +115,48 @@ def test_w8a8_extremes_are_exact(variant: str) -> None:
             assert np.array_equal(got, want.astype(np.float32)), f"{variant}: rows={rows}"
 
 
+SMALL_CACHES_CHECK = r"""
+import json, sys
+import numpy as np, ml_dtypes
+import cpukern
+from cpukern import ops
+rng = np.random.default_rng(5)
+done = []
+for variant in cpukern.supported_variants():
+    with ops.use_variant(variant):
+        for m, n, k in ((130, 37, 1030), (33, 65, 530), (20, 9, 70)):
+            a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+            b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+            fa, fb = a.astype(np.float64), b.astype(np.float64)
+            err = np.abs(cpukern.gemm_bf16(a, cpukern.pack_b(b)) - fa @ fb)
+            assert (err <= np.abs(fa) @ np.abs(fb) * (k + 4) * 2.0**-23 + 1e-30).all(), (variant, m, n, k)
+            ai = rng.integers(-128, 128, (m, k), dtype=np.int8)
+            bi = rng.integers(-128, 128, (k, n), dtype=np.int8)
+            got = cpukern.gemm_w8a8(ai, np.ones(m, np.float32), cpukern.pack_b_int8(bi), np.ones(n, np.float32))
+            want = ai.astype(np.int64) @ bi.astype(np.int64)  # |values| < 2^24: exact in float32
+            assert np.array_equal(got, want.astype(np.float32)), (variant, m, n, k)
+    done.append(variant)
+print(json.dumps(done))
+"""
+
+
+@pytest.mark.parametrize("sizes", ["4,16", "1,1"])
+def test_blocking_for_small_caches(sizes: str) -> None:
+    """The blocking caps k and row blocks by the host's L1d / L2 (read once per
+    process): CPUKERN_CACHE_SIZES stands in for a tiny-cache host, so every
+    variant's GEMMs run in k blocks of 32 and row blocks of one micro-panel."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CPUKERN_CACHE_SIZES": sizes}
+    proc = subprocess.run([sys.executable, "-c", SMALL_CACHES_CHECK], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == VARIANTS
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_strided_inputs_outputs_and_transposed_weights(variant: str) -> None:
     m, n, k = 24, 50, 96

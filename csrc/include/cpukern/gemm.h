@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -27,6 +28,7 @@
 #include "cpukern/simd.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace cpukern {
 namespace gemm {
@@ -163,6 +165,14 @@ struct PrepB : std::false_type {};
 template <class Kn>
 struct PrepB<Kn, std::void_t<typename Kn::BPrep>> : std::true_type {};
 
+template <class Kn>
+constexpr size_t sizeof_bprep() {
+    if constexpr (PrepB<Kn>::value)
+        return sizeof(typename Kn::BPrep);
+    else
+        return 1;
+}
+
 // Micro-kernel dispatch on the number of live rows (compile-time in the kernel).
 template <class Kn, int... R>
 constexpr auto micro_table(std::integer_sequence<int, R...>) {
@@ -178,14 +188,90 @@ struct Blocking {
     int64_t mc, nc, kc;
 };
 
+// The host's data caches per core (bytes; 0: unknown): glibc's sysconf (CPUID
+// leaf 4 on x86), else sysfs. CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB" stands in for
+// them (tests block small matrices as a small-cache host would); read once.
+struct HostCaches {
+    int64_t l1d = 0, l2 = 0;
+};
+inline int64_t sysfs_cache_bytes(int level) {
+    for (int i = 0; i < 8; ++i) {
+        char path[96], text[32] = {};
+        int64_t got_level = 0;
+        std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (std::FILE* f = std::fopen(path, "r")) {
+            if (std::fgets(text, sizeof text, f)) got_level = std::strtol(text, nullptr, 10);
+            std::fclose(f);
+        } else {
+            break;
+        }
+        std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        std::FILE* f = std::fopen(path, "r");
+        if (!f) continue;
+        const bool data = std::fgets(text, sizeof text, f) && std::strncmp(text, "Instruction", 11) != 0;
+        std::fclose(f);
+        if (got_level != level || !data) continue;
+        std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = std::fopen(path, "r"))) continue;
+        int64_t kib = std::fgets(text, sizeof text, f) ? std::strtol(text, nullptr, 10) : 0;  // "48K"
+        std::fclose(f);
+        return kib * 1024;
+    }
+    return 0;
+}
+inline HostCaches read_host_caches() {
+    HostCaches c;
+#if defined(__STDC_HOSTED__) && __STDC_HOSTED__  // a freestanding build (a bare-metal guest) has neither
+    if (const char* env = std::getenv("CPUKERN_CACHE_SIZES")) {
+        char* end = nullptr;
+        const long l1 = std::strtol(env, &end, 10);
+        const long l2 = end && *end == ',' ? std::strtol(end + 1, &end, 10) : 0;
+        if (l1 > 0 && l2 > 0 && end && *end == 0) return HostCaches{int64_t(l1) * 1024, int64_t(l2) * 1024};
+    }
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+    c.l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    c.l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    if (c.l1d <= 0) c.l1d = sysfs_cache_bytes(1);
+    if (c.l2 <= 0) c.l2 = sysfs_cache_bytes(2);
+#endif
+    return c;
+}
+inline const HostCaches& host_caches() {
+    static const HostCaches caches = read_host_caches();
+    return caches;
+}
+
+// Blocking: the kernel's targets (measured where noted), capped by this host's
+// caches so a smaller core keeps the same residency: the B slice a micro-kernel
+// reuses across the row panels of a block within 2/3 of L1d, the A block within
+// half of L2. The targets were chosen on cores with 48 KiB L1d / 2 MiB L2 (Intel)
+// and 32 KiB / 1 MiB (Zen 4), where the caps change nothing measured; they
+// matter on e.g. 256 KiB-L2 client cores (an A block of 256 rows x 256 k floats
+// is 256 KiB).
 template <class Kn>
 Blocking choose_blocking(int64_t M, int64_t N, int64_t Kp, int threads) {
     Blocking bl{};
-    const int64_t mb = ceil_div(M, Kn::kMcTarget);
-    bl.mc = round_up(ceil_div(M, mb), Kn::MR);
     const bool stream = M <= Kn::MR && !PrepB<Kn>::value;
     bl.kc = stream ? Kp : (Kp < Kn::kKcTarget ? Kp : Kn::kKcTarget);
+    int64_t mc_target = Kn::kMcTarget;
+    const HostCaches& caches = host_caches();
+    if (!stream) {
+        constexpr int64_t kc_unit = Kn::kAkg > 32 ? Kn::kAkg : 32;  // a multiple of kAkg (32 is)
+        constexpr int64_t b_bytes_per_k = int64_t(Kn::NR) * int64_t(PrepB<Kn>::value ? sizeof_bprep<Kn>() : sizeof(typename Kn::AIn));
+        if (caches.l1d > 0 && bl.kc > kc_unit) {
+            const int64_t cap = caches.l1d * 2 / 3 / b_bytes_per_k / kc_unit * kc_unit;
+            if (bl.kc > cap) bl.kc = cap > kc_unit ? cap : kc_unit;
+        }
+        constexpr int64_t a_bytes_per_k = int64_t(Kn::APER) * int64_t(sizeof(typename Kn::APack)) / Kn::kAkg;
+        if (caches.l2 > 0) {
+            const int64_t rows = caches.l2 / 2 / (bl.kc * (a_bytes_per_k > 0 ? a_bytes_per_k : 1)) / Kn::MR * Kn::MR;
+            if (mc_target > rows) mc_target = rows > Kn::MR ? rows : Kn::MR;
+        }
+    }
     if (bl.kc <= 0) bl.kc = Kn::kAkg;
+    const int64_t mb = ceil_div(M, mc_target);
+    bl.mc = round_up(ceil_div(M, mb), Kn::MR);
     // enough column blocks to keep every thread busy (4 items each), but no
     // narrower than one panel and no wider than the L2 target
     const int64_t items_wanted = int64_t(threads) * 4;
