@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "cpukern/gemm.h"
 #include "cpukern/simd.h"
@@ -164,6 +165,59 @@ struct GenericBf16 {
     }
 };
 
+// The B panel of the widened-panel kernels: each lane group's kBytes vectors
+// split in two (`split(x)` -> {even k, odd k}), stored as rows 2g and 2g + 1.
+template <int V, class In, class Out, class Split>
+inline void split_panel(const uint8_t* b, int64_t groups, Out* dst, const Split& split) {
+    uint8_t* d = reinterpret_cast<uint8_t*>(dst);
+    for (int64_t g = 0; g < groups; ++g) {
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) {
+            const auto [even, odd] = split(load_vec<In>(b + (g * V + v) * kBytes));
+            store_vec(d + (2 * g * V + v) * kBytes, even);
+            store_vec(d + ((2 * g + 1) * V + v) * kBytes, odd);
+        }
+    }
+}
+
+// The micro-kernel of the widened-panel kernels (GenericBf16Wide, GenericInt8Wide):
+// per k group two halves (even, odd), each V panel vectors of kBytes against R
+// broadcast A values; `mac(acc[r], a_of_row_r, b)` accumulates one row. With
+// `kFence` each half's sums are taken as computed: GCC reassociates integer adds
+// (it summed both halves' products first and spilled them: 15 of 16 registers
+// are taken).
+template <int R, int MR, int V, bool kFence, class AccV, class BV, class APack, class Acc, class Mac>
+inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups, Acc* c, int64_t ldc, bool load_c,
+                                const Mac& mac) {
+    AccV acc[R][V];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<AccV>(c + r * ldc + v * simd::kLanes) : AccV{};
+    for (int64_t g = 0; g < groups; ++g) {
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+            const APack* ah = a + g * MR * 2 + half;
+            const uint8_t* bh = b + (2 * g + half) * V * kBytes;
+            BV bv[V];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) bv[v] = load_vec<BV>(bh + v * kBytes);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) mac(acc[r], ah + 2 * r, bv);
+            if constexpr (kFence) {
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+                    for (int v = 0; v < V; ++v) keep_in_register(acc[r][v]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+}
+
 // Many rows: each B panel slice (kc x NR) is widened once into an L1-resident
 // float panel and reused by every row panel of the block; the micro-kernel is
 // then a plain float FMA kernel (broadcast A, two B vectors per k).
@@ -186,44 +240,17 @@ struct GenericBf16Wide {
     static void pack_a(const bf16_t* s, float* d) { GenericBf16::pack_a(s, d); }
 
     static void prep_b(const uint8_t* b, int64_t kk, float* dst) {
-        for (int64_t g = 0; g < kk / KG; ++g) {
-#pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) {
-                const VU x = load_vec<VU>(b + g * NR * 4 + v * kBytes);
-                store_vec(dst + (2 * g) * NR + v * simd::kLanes, x << 16);
-                store_vec(dst + (2 * g + 1) * NR + v * simd::kLanes, x & 0xffff0000u);
-            }
-        }
+        split_panel<V, VU>(b, kk / KG, dst, [](VU x) { return std::pair{x << 16, x & 0xffff0000u}; });
     }
 
     template <int R>
     static void micro(const float* a, const uint8_t* bp, int64_t kk, float* c, int64_t ldc, bool load_c) {
-        const float* b = reinterpret_cast<const float*>(bp);
-        simd::VF acc[R][V];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
+        widened_panel_micro<R, MR, V, false, simd::VF, simd::VF>(
+            a, bp, kk / KG, c, ldc, load_c, [](simd::VF (&acc)[V], const float* ap, const simd::VF (&bv)[V]) {
+                const simd::VF x = bcast(ap);
 #pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) acc[r][v] = load_c ? simd::load(c + r * ldc + v * simd::kLanes) : simd::VF{};
-        for (int64_t g = 0; g < kk / KG; ++g) {
-#pragma GCC unroll 2
-            for (int half = 0; half < 2; ++half) {
-                const float* ak = a + g * MR * 2 + half;
-                const float* bk = b + (2 * g + half) * NR;
-                simd::VF bv[V];
-#pragma GCC unroll 4
-                for (int v = 0; v < V; ++v) bv[v] = simd::load(bk + v * simd::kLanes);
-#pragma GCC unroll 16
-                for (int r = 0; r < R; ++r) {
-                    const simd::VF x = bcast(ak + 2 * r);
-#pragma GCC unroll 4
-                    for (int v = 0; v < V; ++v) acc[r][v] = acc[r][v] + x * bv[v];
-                }
-            }
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+                for (int v = 0; v < V; ++v) acc[v] = acc[v] + x * bv[v];
+            });
     }
 };
 
@@ -304,50 +331,17 @@ struct GenericInt8Wide {
     static void pack_a(const int8_t* s, uint32_t* d) { GenericInt8::pack_a(s, d); }
 
     static void prep_b(const uint8_t* b, int64_t kk, int16_t* dst) {
-        for (int64_t g = 0; g < kk / KG; ++g) {
-#pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) {
-                const VS x = load_vec<VS>(b + g * NR * 4 + v * kBytes);
-                store_vec(dst + (2 * g) * NR * 2 + v * simd::kLanes * 2, (VS)((VUS)x << 8) >> 8);
-                store_vec(dst + (2 * g + 1) * NR * 2 + v * simd::kLanes * 2, x >> 8);
-            }
-        }
+        split_panel<V, VS>(b, kk / KG, dst, [](VS x) { return std::pair{(VS)((VUS)x << 8) >> 8, x >> 8}; });
     }
 
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
-        const int16_t* b = reinterpret_cast<const int16_t*>(bp);
-        VI acc[R][V];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
+        widened_panel_micro<R, MR, V, true, VI, VS>(a, bp, kk / KG, c, ldc, load_c,
+                                                    [](VI (&acc)[V], const uint32_t* ap, const VS (&bv)[V]) {
+                                                        const VS x = (VS)bcast(ap);
 #pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
-        for (int64_t g = 0; g < kk / KG; ++g) {
-#pragma GCC unroll 2
-            for (int half = 0; half < 2; ++half) {
-                const uint32_t* ah = a + g * MR * 2 + half;
-                const int16_t* bh = b + (2 * g + half) * NR * 2;
-                VS bv[V];
-#pragma GCC unroll 4
-                for (int v = 0; v < V; ++v) bv[v] = load_vec<VS>(bh + v * simd::kLanes * 2);
-#pragma GCC unroll 16
-                for (int r = 0; r < R; ++r) {
-                    const VS x = (VS)bcast(ah + 2 * r);
-#pragma GCC unroll 4
-                    for (int v = 0; v < V; ++v) acc[r][v] += madd16(bv[v], x);
-                }
-                // integer adds reassociate: GCC would sum both halves' products first
-                // and spill them (15 of 16 registers are taken)
-#pragma GCC unroll 16
-                for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-                    for (int v = 0; v < V; ++v) keep_in_register(acc[r][v]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+                                                        for (int v = 0; v < V; ++v) acc[v] += madd16(bv[v], x);
+                                                    });
     }
 };
 
