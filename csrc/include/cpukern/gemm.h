@@ -165,12 +165,14 @@ struct PrepB : std::false_type {};
 template <class Kn>
 struct PrepB<Kn, std::void_t<typename Kn::BPrep>> : std::true_type {};
 
+// Bytes per element of the B panel the micro-kernel reads: the converted
+// panel's, else the packed weights' (bf16 or int8, as A's input).
 template <class Kn>
-constexpr size_t sizeof_bprep() {
+constexpr int64_t micro_b_elem_bytes() {
     if constexpr (PrepB<Kn>::value)
         return sizeof(typename Kn::BPrep);
     else
-        return 1;
+        return sizeof(typename Kn::AIn);
 }
 
 // Micro-kernel dispatch on the number of live rows (compile-time in the kernel).
@@ -254,22 +256,23 @@ Blocking choose_blocking(int64_t M, int64_t N, int64_t Kp, int threads) {
     Blocking bl{};
     const bool stream = M <= Kn::MR && !PrepB<Kn>::value;
     bl.kc = stream ? Kp : (Kp < Kn::kKcTarget ? Kp : Kn::kKcTarget);
+    if (bl.kc <= 0) bl.kc = Kn::kAkg;
     int64_t mc_target = Kn::kMcTarget;
     const HostCaches& caches = host_caches();
     if (!stream) {
         constexpr int64_t kc_unit = Kn::kAkg > 32 ? Kn::kAkg : 32;  // a multiple of kAkg (32 is)
-        constexpr int64_t b_bytes_per_k = int64_t(Kn::NR) * int64_t(PrepB<Kn>::value ? sizeof_bprep<Kn>() : sizeof(typename Kn::AIn));
+        constexpr int64_t b_bytes_per_k = Kn::NR * micro_b_elem_bytes<Kn>();
         if (caches.l1d > 0 && bl.kc > kc_unit) {
             const int64_t cap = caches.l1d * 2 / 3 / b_bytes_per_k / kc_unit * kc_unit;
             if (bl.kc > cap) bl.kc = cap > kc_unit ? cap : kc_unit;
         }
         constexpr int64_t a_bytes_per_k = int64_t(Kn::APER) * int64_t(sizeof(typename Kn::APack)) / Kn::kAkg;
+        static_assert(a_bytes_per_k > 0, "packed A holds at least a byte per k");
         if (caches.l2 > 0) {
-            const int64_t rows = caches.l2 / 2 / (bl.kc * (a_bytes_per_k > 0 ? a_bytes_per_k : 1)) / Kn::MR * Kn::MR;
+            const int64_t rows = caches.l2 / 2 / (bl.kc * a_bytes_per_k) / Kn::MR * Kn::MR;
             if (mc_target > rows) mc_target = rows > Kn::MR ? rows : Kn::MR;
         }
     }
-    if (bl.kc <= 0) bl.kc = Kn::kAkg;
     const int64_t mb = ceil_div(M, mc_target);
     bl.mc = round_up(ceil_div(M, mb), Kn::MR);
     // enough column blocks to keep every thread busy (4 items each), but no
