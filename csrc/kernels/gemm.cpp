@@ -36,14 +36,16 @@ struct Kernels {
 };
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__)
-// Rows from which the AMX tiles (32 per step, the rest zero) beat the AVX-512
-// kernels, measured on an Emerald Rapids class host (docs/gemm.md); a build may
-// override them to measure again (-DCPUKERN_AMX_BF16_ROWS=1 ...).
+// Rows from which the AMX tiles (16 or 32 rows per step, the rest zero) beat
+// the AVX-512 kernels, measured on an Emerald Rapids class host (docs/gemm.md:
+// bf16 at 4 rows 0.69-0.88 of vdpbf16ps's time, at 3 a win or a loss by N; int8
+// at 9 rows 0.60, at 8 a tie or a win by N); a build may override them to
+// measure again (-DCPUKERN_AMX_BF16_ROWS=1 ...).
 #ifndef CPUKERN_AMX_BF16_ROWS
-#define CPUKERN_AMX_BF16_ROWS 16
+#define CPUKERN_AMX_BF16_ROWS 4
 #endif
 #ifndef CPUKERN_AMX_INT8_ROWS
-#define CPUKERN_AMX_INT8_ROWS 20
+#define CPUKERN_AMX_INT8_ROWS 9
 #endif
 using Bf16 = Kernels<Dpbf16, AmxBf16, CPUKERN_AMX_BF16_ROWS>;
 using Bf16Widened = Kernels<Dpbf16, GenericBf16Wide, 16>;  // below the AMX rows, see widen_bf16

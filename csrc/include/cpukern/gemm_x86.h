@@ -175,17 +175,24 @@ struct AmxBase {
 
     template <int R, class APack, class Acc>
     static void tiles(const APack* a, const uint8_t* b, int64_t kk, Acc* c, int64_t ldc, bool load_c, Prefetch next) {
+        // up to 16 live rows (M = 16, the last panel of M = 48): the second A tile's rows are all
+        // past M, so its two products and C tiles are skipped
+        constexpr bool kTwoA = R > 16;
         const int64_t stride = ldc * int64_t(sizeof(Acc));
         if (load_c) {
             _tile_loadd(0, c, stride);
             _tile_loadd(1, c + 16, stride);
-            _tile_loadd(2, c + 16 * ldc, stride);
-            _tile_loadd(3, c + 16 * ldc + 16, stride);
+            if constexpr (kTwoA) {
+                _tile_loadd(2, c + 16 * ldc, stride);
+                _tile_loadd(3, c + 16 * ldc + 16, stride);
+            }
         } else {
             _tile_zero(0);
             _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            if constexpr (kTwoA) {
+                _tile_zero(2);
+                _tile_zero(3);
+            }
         }
         const int64_t steps = kk / Self::kAkg;
         const int64_t fetch_per_step = steps > 0 ? round_up(ceil_div(next.bytes, steps), 64) : 0;
@@ -197,15 +204,19 @@ struct AmxBase {
             _tile_loadd(6, bs, 128);
             _tile_loadd(7, bs + 64, 128);
             Self::dot_first_a();
-            _tile_loadd(5, as + 16 * 64, 64);
-            Self::dot_second_a();
+            if constexpr (kTwoA) {
+                _tile_loadd(5, as + 16 * 64, 64);
+                Self::dot_second_a();
+            }
             const int64_t end = (s + 1) * fetch_per_step < next.bytes ? (s + 1) * fetch_per_step : next.bytes;
             for (int64_t off = s * fetch_per_step; off < end; off += 64) __builtin_prefetch(next.at + off, 0, 2);
         }
         _tile_stored(0, c, stride);
         _tile_stored(1, c + 16, stride);
-        _tile_stored(2, c + 16 * ldc, stride);
-        _tile_stored(3, c + 16 * ldc + 16, stride);
+        if constexpr (kTwoA) {
+            _tile_stored(2, c + 16 * ldc, stride);
+            _tile_stored(3, c + 16 * ldc + 16, stride);
+        }
     }
 };
 

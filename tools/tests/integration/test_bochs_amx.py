@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -33,8 +34,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.bochs]
 
 MATRIX = load_matrix(CPUKERN_MATRIX)
 HARNESS = amx.harness_config(load_config(REPO), MATRIX)
-# csrc/kernels/gemm.cpp: the amx variant runs AMX tiles from this many rows
-AMX_BF16_ROWS, AMX_INT8_ROWS = 16, 20
+
+
+def _amx_rows(kind: str) -> int:
+    """The rows from which cpukern's amx variant runs AMX tiles (csrc/kernels/gemm.cpp)."""
+    source = (REPO / "csrc" / "kernels" / "gemm.cpp").read_text()
+    found = re.search(rf"#define CPUKERN_AMX_{kind}_ROWS (\d+)", source)
+    assert found, f"CPUKERN_AMX_{kind}_ROWS is not defined in csrc/kernels/gemm.cpp"
+    return int(found.group(1))
+
+
+AMX_BF16_ROWS, AMX_INT8_ROWS = _amx_rows("BF16"), _amx_rows("INT8")
 BUGGY_INT8 = "Bochs bug: bytes multiplied as unsigned x unsigned"
 CVTNE2_BUG = "Bochs bug: upper 16 lanes repeat the lower 16 (the first source is lost)"
 
