@@ -21,7 +21,7 @@ struct Dpbf16 {
     using Acc = float;
     static constexpr int MR = 8, NR = 32, KG = 2, kAkg = 2, APER = 1;
     static constexpr int64_t kMcTarget = 256, kNcTarget = 256, kKcTarget = 256;
-    static constexpr bool kOffsetA = false;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
     static constexpr const char* kName = "vdpbf16ps";
 
     static void begin() {}
@@ -29,15 +29,16 @@ struct Dpbf16 {
     static void pack_a(const bf16_t* s, uint32_t* d) { d[0] = uint32_t(s[0].bits) | uint32_t(s[1].bits) << 16; }
 
     template <int R>
-    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c) {
+    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c,
+                      Prefetch next) {
         __m512 acc[R][2];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
             acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
         }
-        const int64_t groups = kk / KG;
-        for (int64_t g = 0; g < groups; ++g) {
+        // one or two rows stream B with stream_ahead instead
+        k_loop(kk / KG, R <= 2 ? Prefetch{} : next, [&acc, a, b](int64_t g) {
             if constexpr (R <= 2) stream_ahead<128>(b + g * 128);
             const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
 #pragma GCC unroll 16
@@ -46,7 +47,7 @@ struct Dpbf16 {
                 acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)ab, (__m512bh)b0);
                 acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)ab, (__m512bh)b1);
             }
-        }
+        });
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             _mm512_storeu_ps(c + r * ldc, acc[r][0]);
@@ -66,6 +67,8 @@ struct VnniVec {
     using V = __m512i;
     static constexpr int kRows = 8, kLanes = 16;
     static constexpr int64_t kMcTarget = 256;
+    // the next B slice spread over the k steps: M = 9-32 0.76-0.91 of the time
+    static constexpr int64_t kBurstMax = 1024;
     static constexpr const char* kName = "vpdpbusd";
     static V load(const void* p) { return _mm512_loadu_si512(p); }
     static void store(void* p, V v) { _mm512_storeu_si512(p, v); }
@@ -78,6 +81,9 @@ struct VnniVec {
     using V = __m256i;
     static constexpr int kRows = 6, kLanes = 8;
     static constexpr int64_t kMcTarget = 96;
+    // shares of the next B slice up to 4 KiB (M = 9-32) as one burst: spread
+    // over the k steps, M = 16 / 32 took 1.04-1.09x the time
+    static constexpr int64_t kBurstMax = 4096;
     static constexpr const char* kName = "vpdpbusd ymm";
     static V load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
     static void store(void* p, V v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
@@ -94,7 +100,7 @@ struct Vnni {
     using V = VnniVec::V;
     static constexpr int MR = VnniVec::kRows, NR = 2 * VnniVec::kLanes, KG = 4, kAkg = 4, APER = 1;
     static constexpr int64_t kMcTarget = VnniVec::kMcTarget, kNcTarget = 256, kKcTarget = 512;
-    static constexpr bool kOffsetA = true;
+    static constexpr bool kOffsetA = true, kPrefetchInMicro = true;
     static constexpr const char* kName = VnniVec::kName;
     static constexpr int kGroupBytes = NR * KG;
 
@@ -107,17 +113,16 @@ struct Vnni {
     }
 
     template <int R>
-    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c,
+                      Prefetch next) {
         V acc[R][2];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             acc[r][0] = load_c ? VnniVec::load(c + r * ldc) : VnniVec::zero();
             acc[r][1] = load_c ? VnniVec::load(c + r * ldc + VnniVec::kLanes) : VnniVec::zero();
         }
-        const int64_t groups = kk / KG;
-        // unrolled: 2-4 % on avxvnni at M = 256 (alternating builds), none on zmm
-#pragma GCC unroll 4
-        for (int64_t g = 0; g < groups; ++g) {
+        // one or two rows stream B with stream_ahead instead
+        k_loop<VnniVec::kBurstMax>(kk / KG, R <= 2 ? Prefetch{} : next, [&acc, a, b](int64_t g) {
             if constexpr (R <= 2) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
             const V b0 = VnniVec::load(b + g * kGroupBytes), b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
 #pragma GCC unroll 16
@@ -126,7 +131,7 @@ struct Vnni {
                 acc[r][0] = VnniVec::dot(acc[r][0], ab, b0);
                 acc[r][1] = VnniVec::dot(acc[r][1], ab, b1);
             }
-        }
+        });
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             VnniVec::store(c + r * ldc, acc[r][0]);
@@ -195,7 +200,7 @@ struct AmxBase {
             }
         }
         const int64_t steps = kk / Self::kAkg;
-        const int64_t fetch_per_step = steps > 0 ? round_up(ceil_div(next.bytes, steps), 64) : 0;
+        const int64_t fetch_per_step = next.per_step(steps);
         for (int64_t s = 0; s < steps; ++s) {
             const uint8_t* as = reinterpret_cast<const uint8_t*>(a + s * MR * Self::APER);
             const uint8_t* bs = b + s * (Self::kAkg / Self::KG) * 128;
@@ -208,8 +213,7 @@ struct AmxBase {
                 _tile_loadd(5, as + 16 * 64, 64);
                 Self::dot_second_a();
             }
-            const int64_t end = (s + 1) * fetch_per_step < next.bytes ? (s + 1) * fetch_per_step : next.bytes;
-            for (int64_t off = s * fetch_per_step; off < end; off += 64) __builtin_prefetch(next.at + off, 0, 2);
+            next.step(s, fetch_per_step);
         }
         _tile_stored(0, c, stride);
         _tile_stored(1, c + 16, stride);
