@@ -91,7 +91,7 @@ struct GenericBf16 {
     static constexpr int MR = kVecRegs == 32 ? 8 : 4;  // 4 x 2 accumulators + B + mask fit 16 registers
     static constexpr int KG = 2, kAkg = 2, APER = 2;
     static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 256;
-    static constexpr bool kOffsetA = false;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
     static constexpr const char* kName = "widen+fma";
 
     static void begin() {}
@@ -108,7 +108,8 @@ struct GenericBf16 {
     static constexpr int sets(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
 
     template <int R>
-    static void micro(const float* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c) {
+    static void micro(const float* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c,
+                      Prefetch next) {
         constexpr int S = sets(R);
         simd::VF acc[S][R][V];
 #pragma GCC unroll 16
@@ -145,14 +146,18 @@ struct GenericBf16 {
                 for (int v = 0; v < V; ++v) acc[s1][r][v] = acc[s1][r][v] + ao * o[v];
             }
         };
-        int64_t g = 0;
-        if constexpr (S == 4) {
-            for (; g + 2 <= groups; g += 2) {
-                step(g, 0);
-                step(g + 1, 2);
+        if constexpr (R > 2) {
+            k_loop(groups, next, [&](int64_t g) { step(g, 0); });
+        } else {  // streamed with stream_ahead
+            int64_t g = 0;
+            if constexpr (S == 4) {
+                for (; g + 2 <= groups; g += 2) {
+                    step(g, 0);
+                    step(g + 1, 2);
+                }
             }
+            for (; g < groups; ++g) step(g, 0);
         }
-        for (; g < groups; ++g) step(g, 0);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -263,7 +268,7 @@ struct GenericInt8 {
     static constexpr int MR = kVecRegs == 32 ? 8 : 4;
     static constexpr int KG = 4, kAkg = 4, APER = 2;
     static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 512;
-    static constexpr bool kOffsetA = false;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
     static constexpr const char* kName = "int16 madd";
 
     static void begin() {}
@@ -277,14 +282,15 @@ struct GenericInt8 {
     }
 
     template <int R>
-    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+    static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c,
+                      Prefetch next) {
         VI acc[R][V];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
             for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
-        const int64_t groups = kk / KG;
-        for (int64_t g = 0; g < groups; ++g) {
+        // one or two rows stream B with stream_ahead instead
+        k_loop(kk / KG, R <= 2 ? Prefetch{} : next, [&](int64_t g) {
             const uint8_t* bg = b + g * NR * 4;
             if constexpr (R <= 2) stream_ahead<NR * 4>(bg);
             const uint32_t* ag = a + g * MR * 2;
@@ -301,7 +307,7 @@ struct GenericInt8 {
 #pragma GCC unroll 4
                 for (int v = 0; v < V; ++v) acc[r][v] += madd16(e[v], ae) + madd16(o[v], ao);
             }
-        }
+        });
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
