@@ -1,22 +1,25 @@
-"""Two builds of one cpukern variant library, timed in one process, alternating.
+"""Builds of one cpukern variant library, timed in one process, interleaved.
 
     python benchmarks/bench_ab.py OLD.so NEW.so silu_and_mul [--dtype bf16] [--rows 512] [--threads 2]
     python benchmarks/bench_ab.py OLD.so NEW.so rms_norm|fused_add_rms_norm [--dtype f32] [--rows 512]
-    python benchmarks/bench_ab.py OLD.so NEW.so gemm_bf16 [--m 256] [--n 4096] [--k 4096]
+    python benchmarks/bench_ab.py OLD.so NEW.so [MORE.so ...] gemm_bf16 [--m 256] [--n 4096] [--k 4096]
 
 For a kernel change: the libraries (e.g. `_cpukern_avx512bf16.so` of two
 unpacked wheels, one built with a measuring macro) are loaded side by side
-through the C ABI, the calls alternate A B B A ... on the same inputs, and
-the medians and their ratio are printed; the results must agree. On this
-project's noisy 2-vCPU VMs two separate processes differ by up to 2x; calls
-alternating in one process see the same noise. Linux's AMX permission is
-requested first, so `amx` libraries run too.
+through the C ABI, each round calls every library once on the same inputs in
+a shuffled order, and the medians are printed with the median of the
+per-round ratios to the first library (a slow period then hits both sides
+of a ratio); the results must agree. On this project's noisy 2-vCPU VMs two
+separate processes differ by up to 2x, and even medians of interleaved calls
+drift with the period; the per-round ratios drift least. Linux's AMX
+permission is requested first, so `amx` libraries run too.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -117,8 +120,7 @@ CALLS = {"silu_and_mul": silu_calls, "rms_norm": norm_calls, "fused_add_rms_norm
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("lib_a")
-    parser.add_argument("lib_b")
+    parser.add_argument("libs", nargs="+", metavar="LIB.so", help="two or more builds; the first is the reference")
     parser.add_argument("op", choices=list(CALLS))
     parser.add_argument("--dtype", choices=list(DTYPE_CODE), default="bf16", help="the element-wise ops' dtype")
     parser.add_argument("--rows", type=int, default=512, help="their rows (silu_and_mul: x 22016, norms: x 4096)")
@@ -128,25 +130,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="cpukern threads (default: its own choice)")
     parser.add_argument("--rounds", type=int, default=21)
     args = parser.parse_args()
+    if len(args.libs) < 2:
+        parser.error("give at least two libraries")
     request_amx()
-    libs = [ctypes.CDLL(path) for path in (args.lib_a, args.lib_b)]
+    libs = [ctypes.CDLL(path) for path in args.libs]
     if args.threads:
         for lib in libs:
             lib.cpukern_set_num_threads(args.threads)
     calls, outs = CALLS[args.op](libs, args)
-    times: list[list[float]] = [[], []]
-    for r in range(args.rounds):
-        for which in (0, 1) if r % 2 else (1, 0):
+    times: list[list[float]] = [[] for _ in libs]
+    order = random.Random(0)
+    for _ in range(args.rounds):
+        for which in order.sample(range(len(libs)), len(libs)):
             start = time.perf_counter()
             if calls[which]() != 0:
-                raise SystemExit(f"{args.op} failed in {(args.lib_a, args.lib_b)[which]}")
+                raise SystemExit(f"{args.op} failed in {args.libs[which]}")
             times[which].append(time.perf_counter() - start)
-    got_a, got_b = (as_float(o) for o in outs)
-    if not np.allclose(got_a, got_b, rtol=1e-2, atol=1e-2, equal_nan=True):
-        raise SystemExit("the two builds disagree")
-    med = [statistics.median(t) * 1e6 for t in times]
-    print(f"{args.op}: A median {med[0]:.0f} us (best {min(times[0]) * 1e6:.0f}) | "
-          f"B median {med[1]:.0f} us (best {min(times[1]) * 1e6:.0f}) | B/A {med[1] / med[0]:.3f}")
+    reference = as_float(outs[0])
+    for path, out in zip(args.libs[1:], outs[1:], strict=True):
+        if not np.allclose(reference, as_float(out), rtol=1e-2, atol=1e-2, equal_nan=True):
+            raise SystemExit(f"{path} disagrees with {args.libs[0]}")
+    for path, t in zip(args.libs, times, strict=True):
+        ratio = statistics.median(x / y for x, y in zip(t, times[0], strict=True))
+        print(f"{args.op} {path}: median {statistics.median(t) * 1e6:.0f} us (best {min(t) * 1e6:.0f}), "
+              f"per-round ratio to the first {ratio:.3f}")
 
 
 if __name__ == "__main__":
