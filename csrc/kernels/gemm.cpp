@@ -89,8 +89,8 @@ bool host_is_intel() {
     return std::strcmp(vendor, "GenuineIntel") == 0;
 }
 
-// Whether the avx512bf16 variant runs gemm_bf16 from 16 rows on (amx: from
-// 16 rows to its tiles, none with the measured rows) through widened panels +
+// Whether the avx512bf16 variant runs gemm_bf16 from 16 rows on (amx: its
+// tiles from CPUKERN_AMX_BF16_ROWS, so never) through widened panels +
 // FMA instead of vdpbf16ps. On the Intel AVX-512 BF16 core
 // measured (Emerald Rapids, 16 vCPU) vdpbf16ps retires at half the rate of
 // two FMAs (1.19 vs 2.51 TFLOP/s), and M=256 took 10.6 ms with it against 7.3
