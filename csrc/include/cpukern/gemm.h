@@ -159,6 +159,11 @@ inline Scratch& b_scratch() {
 }
 
 // Bytes of the next B slice to fetch into L2 while a micro-kernel runs.
+// Kernels with `kPrefetchInMicro` take them as their last argument and fetch
+// them in shares over their k steps: as one burst before each call (what the
+// others get) they stalled on the line fill buffers - AMX M=256 spent 7 % of
+// its time on the instruction after the burst, the 8-row vpdpbusd kernel at
+// M=9-32 about a quarter.
 struct Prefetch {
     const uint8_t* at = nullptr;
     int64_t bytes = 0;
@@ -170,14 +175,17 @@ struct Prefetch {
         for (int64_t off = s * per; off < end; off += 64) __builtin_prefetch(at + off, 0, 2);
     }
 };
-// Kernels with `kPrefetchInMicro` take them as a last micro-kernel argument
-// and spread them over their k steps (AMX: a burst of a few KiB before each
-// call stalled it on the line fill buffers); the others get them as a burst.
-// With one row panel they fetch the panel they stream, this far ahead: AMX
-// tiles are not renamed, so a B tile load waits for the products reading the
-// last one, and the hardware prefetcher alone left it waiting on DRAM (M=32:
-// 0.86 of the time; 8 KiB ahead 0.98, 32 KiB 0.87).
-constexpr int64_t kTileStreamAhead = 16 * 1024;
+template <class Kn, class = void>
+struct PrefetchInMicro : std::false_type {};
+template <class Kn>
+struct PrefetchInMicro<Kn, std::void_t<decltype(Kn::kPrefetchInMicro)>> : std::bool_constant<Kn::kPrefetchInMicro> {};
+
+// With one row panel those kernels fetch the panel they stream, this far
+// ahead: AMX tiles are not renamed, so a B tile load waits for the products
+// reading the last one, and the hardware prefetcher alone left it waiting on
+// DRAM (M=32: 0.86 of the time; 8 KiB ahead 0.98, 32 KiB 0.87); vdpbf16ps
+// at M=4 / 8: 0.63 / 0.72.
+constexpr int64_t kPanelFetchAhead = 16 * 1024;
 // Vector kernels fetch a share every this many k steps (each step's share is
 // a line or less; a test per step cost them 2-6 % at M = 256).
 constexpr int64_t kPrefetchChunk = 8;
@@ -204,10 +212,6 @@ inline void k_loop(int64_t steps, const Prefetch& next, Body&& body) {
         for (int64_t g = g0; g < g1; ++g) body(g);
     }
 }
-template <class Kn, class = void>
-struct PrefetchInMicro : std::false_type {};
-template <class Kn>
-struct PrefetchInMicro<Kn, std::void_t<decltype(Kn::kPrefetchInMicro)>> : std::bool_constant<Kn::kPrefetchInMicro> {};
 
 // Kernels with a `BPrep` type convert each B panel slice once per block
 // (prep_b) and run their micro-kernel on the converted panel.
@@ -430,7 +434,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                                                          : nullptr;
                     // one row panel (GEMV): K is not blocked, the next panel follows this one in memory
                     // and the hardware prefetcher streams it; a burst here would stall the only call
-                    // (kernels that prefetch in their micro-kernel fetch kTileStreamAhead ahead of it)
+                    // (kernels that prefetch in their micro-kernel fetch kPanelFetchAhead ahead of it)
                     const int64_t share = ahead && rpanels > 1 ? round_up(ceil_div(slice, rpanels), 64) : 0;
                     if constexpr (PrepB<Kn>::value) {
                         Kn::prep_b(bp, kk, reinterpret_cast<typename Kn::BPrep*>(prep));
@@ -443,7 +447,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                         if constexpr (PrefetchInMicro<Kn>::value) {
                             const int64_t lo = ir * share < slice ? ir * share : slice;
                             const int64_t hi = (ir + 1) * share < slice ? (ir + 1) * share : slice;
-                            const Prefetch next = rpanels == 1 ? Prefetch{bp + kTileStreamAhead, slice}
+                            const Prefetch next = rpanels == 1 ? Prefetch{bp + kPanelFetchAhead, slice}
                                                                 : Prefetch{ahead ? ahead + lo : nullptr, hi - lo};
                             table[live - 1](arow, bp, kk, ctile, bl.nc, k0 > 0, next);
                         } else {
