@@ -190,16 +190,23 @@ inline void split_panel(const uint8_t* b, int64_t groups, Out* dst, const Split&
 // broadcast A values; `mac(acc[r], a_of_row_r, b)` accumulates one row. With
 // `kFence` each half's sums are taken as computed: GCC reassociates integer adds
 // (it summed both halves' products first and spilled them: 15 of 16 registers
-// are taken).
-template <int R, int MR, int V, bool kFence, class AccV, class BV, class APack, class Acc, class Mac>
+// are taken). With `kFetch` a share of `next` goes every kPrefetchChunk groups
+// when it is over a burst's worth (the test is per group: k_loop's lambda form
+// changed GCC's code for the int8 and ymm kernels, 1.07-1.47x the time).
+template <int R, int MR, int V, bool kFence, bool kFetch, class AccV, class BV, class APack, class Acc, class Mac>
 inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups, Acc* c, int64_t ldc, bool load_c,
-                                const Mac& mac) {
+                                const Prefetch& next, const Mac& mac) {
+    const bool spread = kFetch && next.bytes > 1024;
+    const int64_t fetch = spread ? next.per_step(ceil_div(groups, kPrefetchChunk)) : 0;
+    if (kFetch && !spread) next.step(0, next.bytes);
     AccV acc[R][V];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<AccV>(c + r * ldc + v * simd::kLanes) : AccV{};
     for (int64_t g = 0; g < groups; ++g) {
+        if constexpr (kFetch)
+            if (spread && g % kPrefetchChunk == 0) next.step(g / kPrefetchChunk, fetch);
 #pragma GCC unroll 2
         for (int half = 0; half < 2; ++half) {
             const APack* ah = a + g * MR * 2 + half;
@@ -236,7 +243,7 @@ struct GenericBf16Wide {
     static constexpr int KG = 2, kAkg = 2, APER = 2;
     // mc: the panel widened once serves 32 row panels (M=256 on zmm: 0.92-0.95 of the time at mc 96)
     static constexpr int64_t kMcTarget = 256, kNcTarget = 128, kKcTarget = 256;
-    static constexpr bool kOffsetA = false;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
     static constexpr const char* kName = "widened panel+fma";
     using BPrep = float;  // [kk][NR]
 
@@ -249,9 +256,14 @@ struct GenericBf16Wide {
     }
 
     template <int R>
-    static void micro(const float* a, const uint8_t* bp, int64_t kk, float* c, int64_t ldc, bool load_c) {
-        widened_panel_micro<R, MR, V, false, simd::VF, simd::VF>(
-            a, bp, kk / KG, c, ldc, load_c, [](simd::VF (&acc)[V], const float* ap, const simd::VF (&bv)[V]) {
+    static void micro(const float* a, const uint8_t* bp, int64_t kk, float* c, int64_t ldc, bool load_c,
+                      Prefetch next) {
+        // spread with 32 registers (zmm: M=16 0.87, M=32 0.95-0.98 of the time); the ymm kernel
+        // takes its burst first (spread: M=16 0.93-0.97, M=256 1.02-1.03)
+        constexpr bool kSpread = kVecRegs == 32;
+        if constexpr (!kSpread) next.step(0, next.bytes);
+        widened_panel_micro<R, MR, V, false, kSpread, simd::VF, simd::VF>(
+            a, bp, kk / KG, c, ldc, load_c, next, [](simd::VF (&acc)[V], const float* ap, const simd::VF (&bv)[V]) {
                 const simd::VF x = bcast(ap);
 #pragma GCC unroll 4
                 for (int v = 0; v < V; ++v) acc[v] = acc[v] + x * bv[v];
@@ -342,7 +354,7 @@ struct GenericInt8Wide {
 
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
-        widened_panel_micro<R, MR, V, true, VI, VS>(a, bp, kk / KG, c, ldc, load_c,
+        widened_panel_micro<R, MR, V, true, false, VI, VS>(a, bp, kk / KG, c, ldc, load_c, Prefetch{},
                                                     [](VI (&acc)[V], const uint32_t* ap, const VS (&bv)[V]) {
                                                         const VS x = (VS)bcast(ap);
 #pragma GCC unroll 4
