@@ -8,15 +8,12 @@
 #include <cstring>
 #include <string>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "cpukern/export.h"
 #include "cpukern/gemm.h"
 #include "cpukern/gemm_arm.h"
 #include "cpukern/gemm_generic.h"
 #include "cpukern/gemm_x86.h"
+#include "cpukern/host.h"
 
 namespace cpukern {
 namespace gemm {
@@ -79,16 +76,6 @@ constexpr int kmax(int a, int b) { return a > b ? a : b; }
 #ifdef CPUKERN_BF16_BY_HOST
 static_assert(GenericBf16Wide::kAkg == Dpbf16::kAkg, "the widened kernel reads what vdpbf16ps reads");
 
-bool host_is_intel() {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-    char vendor[13] = {};
-    std::memcpy(vendor, &b, 4);
-    std::memcpy(vendor + 4, &d, 4);
-    std::memcpy(vendor + 8, &c, 4);
-    return std::strcmp(vendor, "GenuineIntel") == 0;
-}
-
 // Whether the avx512bf16 variant runs gemm_bf16 from 16 rows on (amx: its
 // tiles from CPUKERN_AMX_BF16_ROWS, so never) through widened panels +
 // FMA instead of vdpbf16ps. On the Intel AVX-512 BF16 core
@@ -100,7 +87,7 @@ bool widen_bf16() {
     const char* force = std::getenv("CPUKERN_GEMM_BF16");
     if (force && std::strcmp(force, "widened") == 0) return true;
     if (force && std::strcmp(force, "vdpbf16ps") == 0) return false;
-    static const bool intel = host_is_intel();
+    static const bool intel = host_vendor_is("GenuineIntel");
     return intel;
 }
 
