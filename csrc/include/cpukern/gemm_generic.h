@@ -91,7 +91,7 @@ struct GenericBf16 {
     static constexpr int MR = kVecRegs == 32 ? 8 : 4;  // 4 x 2 accumulators + B + mask fit 16 registers
     static constexpr int KG = 2, kAkg = 2, APER = 2;
     static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 256;
-    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true, kDenseGemv = true;
     static constexpr const char* kName = "widen+fma";
 
     static void begin() {}
@@ -107,7 +107,7 @@ struct GenericBf16 {
     // at the end, keep 4 / 2 x V chains in flight. More rows have R x V chains.
     static constexpr int sets(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
 
-    template <int R>
+    template <int R, int AS = MR>
     static void micro(const float* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c,
                       Prefetch next) {
         constexpr int S = sets(R);
@@ -125,7 +125,7 @@ struct GenericBf16 {
         auto step = [&](int64_t g, int s0) {
             const uint8_t* bg = b + g * NR * 4;
             if constexpr (R <= 2) stream_ahead<NR * 4>(bg);
-            const float* ag = a + g * MR * 2;
+            const float* ag = a + g * AS * 2;
             simd::VF e[V];
 #pragma GCC unroll 4
             for (int v = 0; v < V; ++v) e[v] = (simd::VF)(load_vec<VU>(bg + v * kBytes) << 16);
@@ -280,7 +280,7 @@ struct GenericInt8 {
     static constexpr int MR = kVecRegs == 32 ? 8 : 4;
     static constexpr int KG = 4, kAkg = 4, APER = 2;
     static constexpr int64_t kMcTarget = 96, kNcTarget = 256, kKcTarget = 512;
-    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true, kDenseGemv = true;
     static constexpr const char* kName = "int16 madd";
 
     static void begin() {}
@@ -293,7 +293,7 @@ struct GenericInt8 {
         d[1] = halves(s[1], s[3]);
     }
 
-    template <int R>
+    template <int R, int AS = MR>
     static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c,
                       Prefetch next) {
         VI acc[R][V];
@@ -305,7 +305,7 @@ struct GenericInt8 {
         k_loop(kk / KG, R <= 2 ? Prefetch{} : next, [&](int64_t g) {
             const uint8_t* bg = b + g * NR * 4;
             if constexpr (R <= 2) stream_ahead<NR * 4>(bg);
-            const uint32_t* ag = a + g * MR * 2;
+            const uint32_t* ag = a + g * AS * 2;
             VS e[V], o[V];
 #pragma GCC unroll 4
             for (int v = 0; v < V; ++v) {

@@ -21,14 +21,14 @@ struct Dpbf16 {
     using Acc = float;
     static constexpr int MR = 8, NR = 32, KG = 2, kAkg = 2, APER = 1;
     static constexpr int64_t kMcTarget = 256, kNcTarget = 256, kKcTarget = 256;
-    static constexpr bool kOffsetA = false, kPrefetchInMicro = true;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true, kDenseGemv = true;
     static constexpr const char* kName = "vdpbf16ps";
 
     static void begin() {}
     static void end() {}
     static void pack_a(const bf16_t* s, uint32_t* d) { d[0] = uint32_t(s[0].bits) | uint32_t(s[1].bits) << 16; }
 
-    template <int R>
+    template <int R, int AS = MR>  // AS: A values per k group (MR; 1 for a dense GEMV row)
     static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c,
                       Prefetch next) {
         __m512 acc[R][2];
@@ -43,7 +43,7 @@ struct Dpbf16 {
             const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const __m512i ab = _mm512_set1_epi32(int32_t(a[g * MR + r]));
+                const __m512i ab = _mm512_set1_epi32(int32_t(a[g * AS + r]));
                 acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)ab, (__m512bh)b0);
                 acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)ab, (__m512bh)b1);
             }
@@ -100,7 +100,7 @@ struct Vnni {
     using V = VnniVec::V;
     static constexpr int MR = VnniVec::kRows, NR = 2 * VnniVec::kLanes, KG = 4, kAkg = 4, APER = 1;
     static constexpr int64_t kMcTarget = VnniVec::kMcTarget, kNcTarget = 256, kKcTarget = 512;
-    static constexpr bool kOffsetA = true, kPrefetchInMicro = true;
+    static constexpr bool kOffsetA = true, kPrefetchInMicro = true, kDenseGemv = true;
     static constexpr const char* kName = VnniVec::kName;
     static constexpr int kGroupBytes = NR * KG;
 
@@ -112,7 +112,7 @@ struct Vnni {
         std::memcpy(d, u, 4);
     }
 
-    template <int R>
+    template <int R, int AS = MR>
     static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, int32_t* c, int64_t ldc, bool load_c,
                       Prefetch next) {
         V acc[R][2];
@@ -127,7 +127,7 @@ struct Vnni {
             const V b0 = VnniVec::load(b + g * kGroupBytes), b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
-                const V ab = VnniVec::splat(a[g * MR + r]);
+                const V ab = VnniVec::splat(a[g * AS + r]);
                 acc[r][0] = VnniVec::dot(acc[r][0], ab, b0);
                 acc[r][1] = VnniVec::dot(acc[r][1], ab, b1);
             }
