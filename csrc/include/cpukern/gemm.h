@@ -178,8 +178,8 @@ struct Prefetch {
 // Kernels with `kDenseGemv` take `micro<1, 1>`: a one-row product (M = 1) packs
 // A densely instead of one live row in MR, so the GEMV reads K values of A, not
 // a panel MR times that size beside every B panel (K = 4096: 64 KiB, over Zen
-// 4's L1d). Zen 4, 32 MiB of weights, two threads: 0.80 of the time
-// (vdpbf16ps), 0.72 (avx512 widen+fma), 0.81 (avx2).
+// 4's L1d). Zen 4, two threads, warm: bf16 (32 MiB of weights) 0.77 of the
+// time (vdpbf16ps), 0.80 (avx2 widen+fma); int8 (16 MiB) 0.83 (both).
 template <class Kn, class = void>
 struct DenseGemv : std::false_type {};
 template <class Kn>
