@@ -4,7 +4,8 @@ runs. It times every case on every requested variant (forced in-process with
 cpukern's variant API) round robin with the same inputs: the foundation ops
 (rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding at
 [1, 32, 512, 2048] tokens x 4096 hidden, bf16 and fp32) and the GEMMs
-(gemm_bf16, gemm_w8a8 at [M, N, K] = [1|32|256, 4096, 4096]), next to torch
+(gemm_bf16, gemm_w8a8 at [M, N, K] = [1|32|256, 4096, 4096], and the GEMV at
+N = 32768 with its weights in DRAM), next to torch
 eager (torch.matmul in bf16, torch._int_mm + scales; when installed) and a
 copy of the same bytes for memory-bound cases; each record declares its
 flops and bytes for cpubuild's roofline columns. Prints one JSON object
@@ -34,7 +35,7 @@ ALL_OPS = (*cases.OPS, *cases.GEMM_OPS)
 # host has AVX-512 BF16, the norms against a copy of the same bytes), and
 # issue 7's GEMV and ladder goals.
 TARGETS: tuple[dict[str, Any], ...] = (
-    {"op": "gemm_bf16", "shape": [1], "versus": "torch", "min": 1.5},
+    {"op": "gemm_bf16", "shape": [1, 4096], "versus": "torch", "min": 1.5},
     {"op": "gemm_bf16", "shape": [256], "versus": "torch", "min": 1.1},
     {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "requires": ["avx512_bf16"]},
     {"op": "gemm_w8a8", "shape": [256], "versus": "torch", "min": 1.1},
@@ -46,7 +47,8 @@ TARGETS: tuple[dict[str, Any], ...] = (
       for op, limit in (("rms_norm", 1.5), ("fused_add_rms_norm", 1.5), ("rotary_embedding", 2.0))
       for dtype in ("bf16", "fp32")),
     {"op": "silu_and_mul", "dtype": "bf16", "shape": [512], "versus": "bound", "min": 80, "each_variant": True},
-    *({"op": op, "shape": [1], "versus": "bound", "min": 80, "each_variant": True} for op in ("gemm_bf16", "gemm_w8a8")),
+    *({"op": op, "shape": [1, n], "versus": "bound", "min": 80, "each_variant": True}
+      for op in ("gemm_bf16", "gemm_w8a8") for n in cases.GEMV_N),
     {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 85, "each_variant": True},
     {"op": "gemm_w8a8", "shape": [256], "versus": "bound", "min": 75, "each_variant": True,
      "variants": ["baseline", "avx2", "avx512"]},
@@ -62,6 +64,7 @@ class Config:
     dtypes: tuple[str, ...]  # foundation ops: "bf16", "fp32"
     tokens: tuple[int, ...]  # foundation ops
     gemm_m: tuple[int, ...]
+    gemv_n: tuple[int, ...]  # N of the M = 1 cases
     rounds: int
     round_ms: float
     torch: bool
@@ -96,6 +99,8 @@ def parse_config(argv: Sequence[str]) -> Config:
     parser.add_argument("--dtypes", default="bf16,fp32", help="dtypes of the foundation ops.")
     parser.add_argument("--tokens", default="1,32,512,2048", help="Token counts of the foundation ops.")
     parser.add_argument("--m", default=",".join(map(str, cases.GEMM_M)), help=f"GEMM rows M (N = K = {cases.GEMM_NK}).")
+    parser.add_argument("--gemv-n", default=",".join(map(str, cases.GEMV_N)),
+                        help=f"N of the M = 1 GEMMs (K = {cases.GEMM_NK}); the larger puts the weights in DRAM.")
     parser.add_argument("--rounds", type=int, default=3, help="Round-robin rounds.")
     parser.add_argument("--round-ms", type=float, default=20.0, help="Time per candidate per round.")
     parser.add_argument("--no-torch", action="store_true", help="Skip torch even when installed.")
@@ -111,14 +116,15 @@ def parse_config(argv: Sequence[str]) -> Config:
     if not 1 <= args.rounds <= 100 or not 1 <= args.round_ms <= 10000:
         raise ArgumentError("--rounds must be 1-100 and --round-ms 1-10000")
     return Config(ops=tuple(ops), variants=tuple(_split(args.variants, "variants")), dtypes=tuple(dtypes),
-                  tokens=tuple(_ints(args.tokens, "tokens")), gemm_m=tuple(_ints(args.m, "m")), rounds=args.rounds,
+                  tokens=tuple(_ints(args.tokens, "tokens")), gemm_m=tuple(_ints(args.m, "m")),
+                  gemv_n=tuple(_ints(args.gemv_n, "gemv-n")), rounds=args.rounds,
                   round_ms=args.round_ms, torch=not args.no_torch)
 
 
 def _cases(config: Config, has_torch: bool) -> list[Callable[[], cases.Case]]:
     """Deferred constructors, so inputs of one case are freed before the next."""
-    def gemm(op: str, m: int) -> Callable[[], cases.Case]:
-        return lambda: cases.gemm_case(op, m, has_torch=has_torch)
+    def gemm(op: str, m: int, n: int = cases.GEMM_NK) -> Callable[[], cases.Case]:
+        return lambda: cases.gemm_case(op, m, n=n, has_torch=has_torch)
 
     def foundation(op: str, dtype: str, tokens: int) -> Callable[[], cases.Case]:
         return lambda: cases.op_case(op, dtype, tokens, has_torch=has_torch)
@@ -126,7 +132,7 @@ def _cases(config: Config, has_torch: bool) -> list[Callable[[], cases.Case]]:
     out: list[Callable[[], cases.Case]] = []
     for op in config.ops:
         if op in cases.GEMM_OPS:
-            out += [gemm(op, m) for m in config.gemm_m]
+            out += [gemm(op, m, n) for m in config.gemm_m for n in (config.gemv_n if m == 1 else (cases.GEMM_NK,))]
         else:
             out += [foundation(op, d, t) for d in config.dtypes for t in config.tokens]
     return out

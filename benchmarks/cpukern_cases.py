@@ -21,6 +21,10 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
 GEMM_OPS = ("gemm_bf16", "gemm_w8a8")
 GEMM_NK = 4096
 GEMM_M = (1, 32, 256)
+# N of the GEMV (M = 1, K = 4096) cases: weights of 32 MiB (bf16) that the
+# hosts measured so far hold largely in their LLC, and 256 MiB that they cannot
+# (an LLM's decode step streams its weights from DRAM; 32768 ~ an lm_head).
+GEMV_N = (4096, 32768)
 
 
 @dataclass(frozen=True, kw_only=True)

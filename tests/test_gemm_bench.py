@@ -44,8 +44,8 @@ def cpubuild(*args: str) -> subprocess.CompletedProcess[str]:
 def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "ladder.png"
-    proc = cpubuild("bench", "--ops", "gemm_w8a8,rms_norm,fused_add_rms_norm", "--m", "1", "--tokens", "1", "--dtypes", "bf16",
-                    "--rounds", "1", "--round-ms", "1", "--no-torch", "--json", "--plot", str(png))
+    proc = cpubuild("bench", "--ops", "gemm_w8a8,rms_norm,fused_add_rms_norm", "--m", "1", "--gemv-n", "4096", "--tokens",
+                    "1", "--dtypes", "bf16", "--rounds", "1", "--round-ms", "1", "--no-torch", "--json", "--plot", str(png))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     records = out["records"]
@@ -120,7 +120,8 @@ def test_the_ladder_does_not_depend_on_the_timed_variants() -> None:
 
 
 def test_table_shows_percentages_and_the_limits() -> None:
-    proc = cpubuild("bench", "--ops", "gemm_bf16", "--m", "1", "--rounds", "1", "--round-ms", "1", "--no-torch")
+    proc = cpubuild("bench", "--ops", "gemm_bf16", "--m", "1", "--gemv-n", "4096", "--rounds", "1", "--round-ms", "1",
+                    "--no-torch")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "% of the roofline bound" in proc.stdout and "bf16 peak:" in proc.stdout
     assert "bandwidth GB/s read/copy by working set" in proc.stdout
@@ -138,6 +139,7 @@ def test_table_shows_percentages_and_the_limits() -> None:
         (["--ops", "gemm_fp8"], "--ops: unknown gemm_fp8"),
         (["--variants", "amx_not_a_variant"], "cannot run here; this host runs:"),
         (["--m", "0"], "--m: values must be >= 1"),
+        (["--gemv-n", "4096,x"], "--gemv-n: expected comma-separated integers"),
         (["--dtypes", "fp16"], "--dtypes: unknown fp16"),
         (["--plot", "/nonexistent-dir/x.png"], "--plot: directory /nonexistent-dir does not exist"),
     ],
@@ -165,6 +167,6 @@ def test_render_shows_ratios_and_targets() -> None:
     assert "60.00x" in text  # vs torch at M=1
     assert "3.00x" in text  # the ladder at M=256
     assert "target: gemm_bf16 256 avx2 vs baseline: 3.00x (>= 4.0x: MISSED)" in text
-    assert "target: gemm_bf16 1 avx2 vs torch: 60.00x (>= 1.5x: met)" in text
+    assert "target: gemm_bf16 1x4096 avx2 vs torch: 60.00x (>= 1.5x: met)" in text
     assert "target: gemm_bf16 256 vs bound (>= 85): n/a, this host lacks avx512_bf16" in text
     assert targets.check_all(TARGETS, [], ["baseline"], ["avx512_bf16"]) == []
