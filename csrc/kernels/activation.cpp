@@ -31,8 +31,8 @@ inline VF silu_mul(VF a, VF b) {
     // silu(-103). -min(|a|, 110) in one vrangeps (a NaN stays NaN, and so
     // does the product). Degree 3 for 16-bit outputs: every bf16 / fp16 input
     // within 1 ulp of the correctly rounded silu (26 / 1640 of the 65536 off
-    // by one; degree 5: 18 / 809); the bf16 512 x 22016 call 0.92-0.945 of
-    // degree 5's time on Zen 4 (avx512bf16), 0.89-0.90 (avx512); float32 keeps
+    // by one; degree 5: 18 / 809); the bf16 512 x 22016 call 0.95-0.96 of
+    // degree 5's time on Zen 4 (avx512bf16), 0.93-0.96 (avx512); float32 keeps
     // degree 7 (0.98 with the vrangeps).
     VF e = exp_in_range<k32 ? 7 : 3>((VF)_mm512_range_ps((__m512)a, _mm512_set1_ps(110.0f), 0xE));
     auto negative = _mm512_cmp_ps_mask((__m512)a, _mm512_setzero_ps(), _CMP_LT_OQ);
