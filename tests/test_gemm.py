@@ -6,6 +6,7 @@ weights, torch tensors, and the argument errors."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -234,6 +235,36 @@ def test_torch_tensors() -> None:
     got = cpukern.gemm_w8a8(ai, sa, cpukern.pack_b_int8(wi), sb)
     want = (ai.double() @ wi.double()) * sa.double()[:, None] * sb.double()[None, :]
     torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
+
+
+def vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds `address`."""
+    flags: list[str] = []
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms ...
+                start, end = (int(x, 16) for x in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "VmFlags:":
+                flags = line.split()[1:]
+    return flags
+
+
+def test_packed_weights_are_advised_huge_pages() -> None:
+    """pack_b asks Linux for transparent huge pages over its buffer (a GEMV on 4 KiB pages took 1.14-1.72x the
+    time): into a torch tensor, whose allocator does not ask as NumPy does. The advice sets the mapping's
+    VM_HUGEPAGE ('hg'), whatever pages the kernel then grants."""
+    torch = pytest.importorskip("torch")
+    if not os.path.isdir("/sys/kernel/mm/transparent_hugepage"):
+        skip_host_fact("no transparent huge pages in this kernel (or not Linux)")
+    w = torch.zeros(4096, 2048, dtype=torch.bfloat16)  # 16 MiB of packed weights: whole 2 MiB pages inside
+    for pack in (cpukern.pack_b, lambda b: cpukern.pack_b_int8(b.to(torch.int8))):
+        packed = pack(w)
+        start = packed.data.data_ptr()
+        assert "hg" in vm_flags(start + (4 << 20)), vm_flags(start + (4 << 20))
+    assert "hg" not in vm_flags(torch.zeros(4 << 20, dtype=torch.uint8).data_ptr() + (2 << 20))  # not by itself
 
 
 # ---------------------------------------------------------------- errors
