@@ -159,7 +159,8 @@ CPUKERN_API int64_t cpukern_gemm_packed_bytes(int32_t kind, int64_t K, int64_t N
 }
 
 // Packs b[k * sk + n * sn] (K x N, any element strides) into `dst`
-// (cpukern_gemm_packed_bytes bytes).
+// (cpukern_gemm_packed_bytes bytes); on Linux, first advises dst's whole 2 MiB
+// pages MADV_HUGEPAGE (advise_huge_pages).
 CPUKERN_API int32_t cpukern_gemm_pack_b(int32_t kind, const void* b, int64_t K, int64_t N, int64_t sk, int64_t sn,
                                         void* dst) {
     if (!valid_kind(kind) || K < 0 || N < 0) return CPUKERN_EINVAL;
