@@ -153,21 +153,20 @@ struct Vnni {
         }
         if constexpr (R == 1) {
             row_pairs<AS>(a, b, kk / KG, acc[0]);
-            VnniVec::store(c, acc[0][0]);
-            VnniVec::store(c + VnniVec::kLanes, acc[0][1]);
-            return;
-        }
-        // two rows stream B with stream_ahead instead
-        k_loop<VnniVec::kBurstMax>(kk / KG, R <= 2 ? Prefetch{} : next, [&acc, a, b](int64_t g) {
-            if constexpr (R <= 2) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
-            const V b0 = VnniVec::load(b + g * kGroupBytes), b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
+        } else {
+            // two rows stream B with stream_ahead instead
+            k_loop<VnniVec::kBurstMax>(kk / KG, R <= 2 ? Prefetch{} : next, [&acc, a, b](int64_t g) {
+                if constexpr (R <= 2) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
+                const V b0 = VnniVec::load(b + g * kGroupBytes);
+                const V b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                const V ab = VnniVec::splat(a[g * AS + r]);
-                acc[r][0] = VnniVec::dot(acc[r][0], ab, b0);
-                acc[r][1] = VnniVec::dot(acc[r][1], ab, b1);
-            }
-        });
+                for (int r = 0; r < R; ++r) {
+                    const V ab = VnniVec::splat(a[g * AS + r]);
+                    acc[r][0] = VnniVec::dot(acc[r][0], ab, b0);
+                    acc[r][1] = VnniVec::dot(acc[r][1], ab, b1);
+                }
+            });
+        }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             VnniVec::store(c + r * ldc, acc[r][0]);
