@@ -1,7 +1,7 @@
 """Builds of one cpukern variant library, timed in one process, interleaved.
 
     python benchmarks/bench_ab.py OLD.so NEW.so silu_and_mul [--dtype bf16] [--rows 512] [--threads 2]
-    python benchmarks/bench_ab.py OLD.so NEW.so rms_norm|fused_add_rms_norm [--dtype f32] [--rows 512]
+    python benchmarks/bench_ab.py OLD.so NEW.so rms_norm|fused_add_rms_norm|rotary_embedding [--dtype f32] [--rows 512]
     python benchmarks/bench_ab.py OLD.so NEW.so [MORE.so ...] gemm_bf16 [--m 256] [--n 4096] [--k 4096]
 
 For a kernel change: the libraries (e.g. `_cpukern_avx512bf16.so` of two
@@ -105,6 +105,35 @@ def norm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[
     return calls, outs
 
 
+def rotary_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
+    """rotary_embedding (neox) in place on each library's own query and key,
+    cpukern's benchmark shape: 32 query and 8 key heads of 128, a float32 cache."""
+    head, heads, kv_heads, max_pos, rows = 128, 32, 8, 4096, args.rows
+    rng = np.random.default_rng(0)
+    positions = rng.integers(0, max_pos, rows).astype(np.int64)
+    angles = np.outer(np.arange(max_pos), 1e4 ** (-np.arange(0, head, 2) / head))
+    cache = np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+    def data(width: int) -> np.ndarray:
+        x = rng.standard_normal((rows, width)).astype(np.float32)
+        return aligned_copy(bf16_bits(x) if args.dtype == "bf16" else x)
+    q, k = data(heads * head), data(kv_heads * head)
+    calls, outs = [], []
+    for lib in libs:
+        lq, lk = aligned_copy(q), aligned_copy(k)
+        outs.append(lq)
+
+        def call(lib: ctypes.CDLL = lib, lq: np.ndarray = lq, lk: np.ndarray = lk) -> int:
+            # rotations keep the norm: repeated calls stay finite
+            return int(lib.cpukern_rotary_embedding(
+                PTR(positions.ctypes.data), I64(1), PTR(lq.ctypes.data), PTR(lk.ctypes.data), PTR(cache.ctypes.data),
+                I64(rows), I64(heads), I64(kv_heads), I64(head), I64(heads * head), I64(head), I64(kv_heads * head),
+                I64(head), I64(max_pos), I64(head), ctypes.c_int32(1), ctypes.c_int32(DTYPE_CODE[args.dtype]),
+                ctypes.c_int32(DTYPE_CODE["f32"])))
+
+        calls.append(call)
+    return calls, outs
+
+
 def gemm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
     m, n, k = args.m, args.n, args.k
     rng = np.random.default_rng(0)
@@ -137,7 +166,7 @@ def gemm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[
 
 
 CALLS = {"silu_and_mul": silu_calls, "rms_norm": norm_calls, "fused_add_rms_norm": norm_calls,
-         "gemm_bf16": gemm_calls, "gemm_w8a8": gemm_calls}
+         "rotary_embedding": rotary_calls, "gemm_bf16": gemm_calls, "gemm_w8a8": gemm_calls}
 
 
 def main() -> None:
@@ -145,7 +174,7 @@ def main() -> None:
     parser.add_argument("libs", nargs="+", metavar="LIB.so", help="two or more builds; the first is the reference")
     parser.add_argument("op", choices=list(CALLS))
     parser.add_argument("--dtype", choices=list(DTYPE_CODE), default="bf16", help="the element-wise ops' dtype")
-    parser.add_argument("--rows", type=int, default=512, help="their rows (silu_and_mul: x 22016, norms: x 4096)")
+    parser.add_argument("--rows", type=int, default=512, help="their rows (silu_and_mul: x 22016, norms and rotary: x 4096)")
     parser.add_argument("--m", type=int, default=256)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--k", type=int, default=4096)

@@ -210,7 +210,7 @@ SILU_SHAPES = [(1, 2), (4, 2), (1, 14), (3, 14), (1, 8190), (2, 8190), (1, 8194)
 
 @pytest.fixture(params=["table", "polynomial"])
 def silu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both 16-bit silu paths of the x86 variants from avx2 (CPUKERN_SILU_LUT,
+    """Both 16-bit silu paths of the x86 variants (CPUKERN_SILU_LUT,
     read per call; the others have the polynomial only and ignore it)."""
     monkeypatch.setenv(ops.SILU_TABLE_ENV, "1" if request.param == "table" else "0")
     return str(request.param)

@@ -170,7 +170,7 @@ for dtype in ("float32", "float16"):
         g = rng.standard_normal((tokens, 2 * hidden)).astype(dt)
         g64 = g.astype(np.float64)
         half = g64[:, :hidden]
-        for table in ("1", "0"):  # float16 on avx2: the gathered table, then the polynomial
+        for table in ("1", "0"):  # 16-bit on x86: the table, then the polynomial
             os.environ["CPUKERN_SILU_LUT"] = table
             close(f"silu_and_mul/{table}", cpukern.silu_and_mul(g), half / (1 + np.exp(-half)) * g64[:, hidden:], dtype)
     for neox in (True, False):

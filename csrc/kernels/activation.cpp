@@ -69,11 +69,12 @@ void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
     }
 }
 
-#if defined(__AVX2__) && !defined(CPUKERN_SILU_NO_LUT)
+#if (defined(__AVX2__) || (defined(__SSE2__) && !defined(__AVX__))) && !defined(CPUKERN_SILU_NO_LUT)
 #define CPUKERN_SILU_LUT 1
 // 16-bit inputs have 65536 values: silu(a) for each, as float (256 KiB, the
 // hot part - |a| within a few powers of two of 1 - a few KiB of it), read by
-// vpgatherdd. Exact to float rounding, and a few loads instead of ~20 uops.
+// vpgatherdd (SSE2: scalar loads). Exact to float rounding, and a few loads
+// instead of ~20 uops.
 template <class T>
 struct SiluTable {
     float value[65536];
@@ -90,10 +91,26 @@ const float* silu_table() {
     return table.value;
 }
 #if defined(__AVX512F__)
+constexpr bool kHardwareGather = true;
 using VIdx = __m512i;
 inline VF gather(const float* table, VIdx idx) { return (VF)_mm512_i32gather_ps(idx, table, 4); }
 inline VIdx widen_bits(const void* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)); }
+#elif !defined(__AVX2__)
+// SSE2 has no gather: four scalar loads (the indices through memory). On Zen
+// 4 the baseline's bf16 512 x 22016 took 0.46 of its polynomial's time (no
+// FMA, four lanes: ~5 cycles per element).
+constexpr bool kHardwareGather = false;
+using VIdx = __m128i;
+inline VF gather(const float* table, VIdx idx) {
+    uint32_t i[4];
+    std::memcpy(i, &idx, sizeof i);
+    return VF{table[i[0]], table[i[1]], table[i[2]], table[i[3]]};
+}
+inline VIdx widen_bits(const void* p) {
+    return _mm_unpacklo_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(p)), _mm_setzero_si128());
+}
 #else
+constexpr bool kHardwareGather = true;
 using VIdx = __m256i;
 inline VF gather(const float* table, VIdx idx) { return (VF)_mm256_i32gather_ps(table, idx, 4); }
 inline VIdx widen_bits(const void* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)); }
@@ -119,8 +136,9 @@ inline void gather_silu_pair(const float* table, const T* a, VF& s0, VF& s1) {
 // element in ymm and zmm, so the AVX-512 polynomial (twice the elements per
 // instruction of avx2's) wins there: on Zen 4, bf16 512 x 22016 took 0.71 of
 // the table's time with avx512bf16, while avx2's table stays 0.96 of its
-// polynomial. CPUKERN_SILU_LUT=0 / 1 overrides (read per call, so tests run
-// both paths).
+// polynomial. The baseline's scalar loads are neither: it always takes the
+// table. CPUKERN_SILU_LUT=0 / 1 overrides (read per call, so tests run both
+// paths).
 bool gather_mitigated() {
     std::FILE* f = std::fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
     if (!f) return false;
@@ -132,7 +150,8 @@ bool gather_mitigated() {
 bool use_silu_table() {
     if (const char* force = std::getenv("CPUKERN_SILU_LUT"); force && (!std::strcmp(force, "0") || !std::strcmp(force, "1")))
         return force[0] == '1';
-    static const bool slow = gather_mitigated() || (kLanes == 16 && host_vendor_is("AuthenticAMD"));
+    static const bool slow =
+        kHardwareGather && (gather_mitigated() || (kLanes == 16 && host_vendor_is("AuthenticAMD")));
     return !slow;
 }
 

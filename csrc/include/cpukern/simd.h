@@ -298,6 +298,19 @@ inline void pair_store(void* p, VIpair v) { _mm256_storeu_si256(static_cast<__m2
 inline VF pair_odd(VIpair v) { return (VF)_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))); }
 inline VF pair_even(VIpair v) { return (VF)_mm256_slli_epi32(v, 16); }
 inline VIpair pair_join(VIpair lo, VIpair hi) { return _mm256_blend_epi16(lo, hi, 0xAA); }
+#elif defined(__SSE2__) && !defined(__AVX__)
+// The baseline: GCC widens and narrows 16-bit vectors with 4-6 shuffles per
+// 4 values on SSE2 (no pmovzx, no packusdw); the split needs none.
+#define CPUKERN_BF16_PAIRS_SPLIT 1
+using VIpair = __m128i;
+inline VIpair pair_load(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline void pair_store(void* p, VIpair v) { _mm_storeu_si128(static_cast<__m128i*>(p), v); }
+inline VF pair_odd(VIpair v) { return (VF)_mm_and_si128(v, _mm_set1_epi32(static_cast<int>(0xffff0000u))); }
+inline VF pair_even(VIpair v) { return (VF)_mm_slli_epi32(v, 16); }
+// no pblendw before SSE4.1: lo's lanes are < 2^16 (rounded and shifted)
+inline VIpair pair_join(VIpair lo, VIpair hi) {
+    return _mm_or_si128(lo, _mm_and_si128(hi, _mm_set1_epi32(static_cast<int>(0xffff0000u))));
+}
 #endif
 
 #if defined(CPUKERN_BF16_PAIRS_SPLIT)
@@ -332,6 +345,13 @@ inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     a = (VF)_mm512_permutex2var_ps(lo, odd, hi);
     b = (VF)_mm512_permutex2var_ps(lo, _mm512_sub_epi32(odd, _mm512_set1_epi32(1)), hi);
+}
+#elif defined(CPUKERN_BF16_PAIRS_SPLIT) && !defined(__AVX__)
+template <>
+inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
+    const __m128 lo = (__m128)load(p), hi = (__m128)load(p + kLanes);
+    a = (VF)_mm_shuffle_ps(lo, hi, 0xDD);  // one 128-bit lane: no permute after it
+    b = (VF)_mm_shuffle_ps(lo, hi, 0x88);
 }
 #elif defined(CPUKERN_BF16_PAIRS_SPLIT)
 template <>
