@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
-DTYPE_CODE = {"f32": 0, "bf16": 1}
+DTYPE_CODE = {"f32": 0, "bf16": 1, "f16": 2}
 
 
 def request_amx() -> None:
@@ -61,6 +61,11 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     return (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
+def encode(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 data in the element-wise ops' dtype (bf16 as its bits)."""
+    return bf16_bits(x) if dtype == "bf16" else x.astype(np.float16) if dtype == "f16" else x
+
+
 def as_float(x: np.ndarray) -> np.ndarray:
     return (x.astype(np.uint32) << 16).view(np.float32) if x.dtype == np.uint16 else x.astype(np.float32)
 
@@ -68,7 +73,7 @@ def as_float(x: np.ndarray) -> np.ndarray:
 def silu_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
     d = 11008
     x = np.random.default_rng(0).standard_normal((args.rows, 2 * d)).astype(np.float32) * 4
-    xs = bf16_bits(x) if args.dtype == "bf16" else x
+    xs = encode(x, args.dtype)
     outs = [aligned_empty((args.rows, d), xs.dtype) for _ in libs]
     code = DTYPE_CODE[args.dtype]
 
@@ -85,8 +90,7 @@ def norm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[
     hidden, rows, code = 4096, args.rows, DTYPE_CODE[args.dtype]
     rng = np.random.default_rng(0)
     def data(shape: tuple[int, ...]) -> np.ndarray:
-        x = rng.standard_normal(shape).astype(np.float32)
-        return bf16_bits(x) if args.dtype == "bf16" else x
+        return encode(rng.standard_normal(shape).astype(np.float32), args.dtype)
     x, w, residual = data((rows, hidden)), data((hidden,)), data((rows, hidden))
     fused = args.op == "fused_add_rms_norm"
     calls, outs = [], []
@@ -114,8 +118,7 @@ def rotary_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[lis
     angles = np.outer(np.arange(max_pos), 1e4 ** (-np.arange(0, head, 2) / head))
     cache = np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
     def data(width: int) -> np.ndarray:
-        x = rng.standard_normal((rows, width)).astype(np.float32)
-        return aligned_copy(bf16_bits(x) if args.dtype == "bf16" else x)
+        return aligned_copy(encode(rng.standard_normal((rows, width)).astype(np.float32), args.dtype))
     q, k = data(heads * head), data(kv_heads * head)
     calls, outs = [], []
     for lib in libs:

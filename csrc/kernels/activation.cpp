@@ -119,7 +119,12 @@ inline VIdx widen_bits(const void* p) { return _mm256_cvtepu16_epi32(_mm_loadu_s
 template <class T>
 inline void gather_silu_pair(const float* table, const T* a, VF& s0, VF& s1) {
 #if defined(CPUKERN_BF16_PAIRS_SPLIT)
-    if constexpr (std::is_same_v<T, bf16_t>) {  // odd elements, then even ones
+#if defined(CPUKERN_F16_SSE2)
+    constexpr bool kSplit = true;  // float16 pairs split too
+#else
+    constexpr bool kSplit = std::is_same_v<T, bf16_t>;
+#endif
+    if constexpr (kSplit) {  // odd elements, then even ones
         VIpair v = pair_load(a);
         s0 = gather(table, (VIdx)((VU)v >> 16));
         s1 = gather(table, (VIdx)((VU)v & 0xffffu));

@@ -205,6 +205,57 @@ inline void store(f16_t* p, VF v) {
     float16x4_t h = vcvt_f16_f32((float32x4_t)v);
     std::memcpy(p, &h, sizeof h);
 }
+#elif CPUKERN_HAVE_FLOAT16 && defined(__SSE2__) && !defined(__AVX__)
+// The baseline has no F16C, and GCC converts _Float16 through a libgcc call
+// per element (rms_norm float16 512 x 4096 took 22 ms, avx2 0.23): integer
+// conversions on four lanes instead, exact for every value (F. Giesen's
+// branch-free method; no subnormal float is produced or read, so DAZ / FTZ
+// do not change them). A NaN becomes float16's default NaN, sign kept.
+#define CPUKERN_F16_SSE2 1
+// float16 bits (each lane < 2^16) -> float
+inline VF f16_bits_to_float(__m128i h) {
+    const __m128i em = _mm_and_si128(h, _mm_set1_epi32(0x7fff));
+    const __m128i sign = _mm_slli_epi32(_mm_xor_si128(h, em), 16);
+    const __m128i shifted = _mm_slli_epi32(em, 13);
+    const __m128i exp = _mm_and_si128(shifted, _mm_set1_epi32(0x7c00 << 13));
+    __m128i o = _mm_add_epi32(shifted, _mm_set1_epi32(112 << 23));  // exponent bias 15 -> 127
+    const __m128i infnan = _mm_cmpeq_epi32(exp, _mm_set1_epi32(0x7c00 << 13));
+    o = _mm_add_epi32(o, _mm_and_si128(infnan, _mm_set1_epi32(112 << 23)));  // exponent 31 -> 255
+    // zero and subnormals: m * 2^-24 = (1 + m / 1024) * 2^-14 - 2^-14, exact
+    const __m128i small = _mm_cmpeq_epi32(exp, _mm_setzero_si128());
+    const __m128i sub = _mm_castps_si128(_mm_sub_ps(_mm_castsi128_ps(_mm_add_epi32(o, _mm_set1_epi32(1 << 23))),
+                                                    _mm_castsi128_ps(_mm_set1_epi32(113 << 23))));
+    o = _mm_or_si128(_mm_and_si128(small, sub), _mm_andnot_si128(small, o));
+    return (VF)_mm_castsi128_ps(_mm_or_si128(o, sign));
+}
+// float -> float16 bits in the low half of each lane, round to nearest even
+inline __m128i f16_bits_from_float(VF v) {
+    const __m128i f = _mm_castps_si128((__m128)v);
+    const __m128i sign = _mm_and_si128(f, _mm_set1_epi32(static_cast<int>(0x80000000u)));
+    const __m128i a = _mm_xor_si128(f, sign);  // |v|, compared as signed integers
+    const __m128i nan = _mm_cmpgt_epi32(a, _mm_set1_epi32(0x7f800000));
+    const __m128i special = _mm_or_si128(_mm_set1_epi32(0x7c00), _mm_and_si128(nan, _mm_set1_epi32(0x0200)));
+    const __m128i finite = _mm_cmpgt_epi32(_mm_set1_epi32(143 << 23), a);  // |v| < 2^16; above: inf / NaN
+    // |v| < 2^-14: adding 0.5 rounds it to a multiple of 2^-24 (the FPU's RNE), the bits past 0.5 are the result
+    const __m128i small = _mm_cmpgt_epi32(_mm_set1_epi32(113 << 23), a);
+    const __m128i half = _mm_set1_epi32(126 << 23);
+    const __m128i sub = _mm_sub_epi32(_mm_castps_si128(_mm_add_ps(_mm_castsi128_ps(a), _mm_castsi128_ps(half))), half);
+    // normal: rebias the exponent, round the 13 dropped bits to nearest even
+    const __m128i odd = _mm_and_si128(_mm_srli_epi32(a, 13), _mm_set1_epi32(1));
+    const __m128i normal =
+        _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(a, _mm_set1_epi32(0xfff - (112 << 23))), odd), 13);
+    __m128i r = _mm_or_si128(_mm_and_si128(small, sub), _mm_andnot_si128(small, normal));
+    r = _mm_or_si128(_mm_and_si128(finite, r), _mm_andnot_si128(finite, special));
+    return _mm_or_si128(r, _mm_srli_epi32(sign, 16));
+}
+inline VF load(const f16_t* p) {
+    return f16_bits_to_float(_mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), _mm_setzero_si128()));
+}
+inline void store(f16_t* p, VF v) {
+    // no packusdw before SSE4.1: a signed pack of the bits moved down by 2^15, moved back
+    const __m128i low = _mm_sub_epi32(f16_bits_from_float(v), _mm_set1_epi32(0x8000));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_xor_si128(_mm_packs_epi32(low, low), _mm_set1_epi16(-0x8000)));
+}
 #elif CPUKERN_HAVE_FLOAT16 && defined(__F16C__)
 // GCC 12 scalarises _Float16 vector conversions: use F16C (vcvtph2ps/vcvtps2ph).
 inline VF load(const f16_t* p) {
@@ -331,6 +382,26 @@ inline void store_pair(bf16_t* p, VF a, VF b) {
 }
 #endif
 
+#if defined(CPUKERN_F16_SSE2)
+// float16 pairs split as bf16's do on SSE2 (odd elements, then even ones):
+// no unpacking and packing shuffles around the conversions
+template <>
+inline void load_pair(const f16_t* p, VF& a, VF& b) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    a = f16_bits_to_float(_mm_srli_epi32(v, 16));
+    b = f16_bits_to_float(_mm_and_si128(v, _mm_set1_epi32(0xffff)));
+}
+template <>
+inline void store_pair(f16_t* p, VF a, VF b) {
+    const __m128i v = _mm_or_si128(f16_bits_from_float(b), _mm_slli_epi32(f16_bits_from_float(a), 16));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+}
+template <>
+inline void store_pair_fast(f16_t* p, VF a, VF b) {
+    store_pair(p, a, b);
+}
+#endif
+
 // 2 * kLanes floats at p in the lane order load_pair<T> gives: a float table
 // (weights, cos/sin) read alongside a row of T walked with load_pair.
 template <class T>
@@ -347,12 +418,21 @@ inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
     b = (VF)_mm512_permutex2var_ps(lo, _mm512_sub_epi32(odd, _mm512_set1_epi32(1)), hi);
 }
 #elif defined(CPUKERN_BF16_PAIRS_SPLIT) && !defined(__AVX__)
-template <>
-inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
+inline void load_pair_order_split(const float* p, VF& a, VF& b) {
     const __m128 lo = (__m128)load(p), hi = (__m128)load(p + kLanes);
     a = (VF)_mm_shuffle_ps(lo, hi, 0xDD);  // one 128-bit lane: no permute after it
     b = (VF)_mm_shuffle_ps(lo, hi, 0x88);
 }
+template <>
+inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
+    load_pair_order_split(p, a, b);
+}
+#if defined(CPUKERN_F16_SSE2)
+template <>
+inline void load_pair_order<f16_t>(const float* p, VF& a, VF& b) {
+    load_pair_order_split(p, a, b);
+}
+#endif
 #elif defined(CPUKERN_BF16_PAIRS_SPLIT)
 template <>
 inline void load_pair_order<bf16_t>(const float* p, VF& a, VF& b) {
