@@ -110,8 +110,9 @@ def norm_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[
 
 
 def rotary_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[list[Callable[[], int]], list[np.ndarray]]:
-    """rotary_embedding (neox) in place on each library's own query and key,
-    cpukern's benchmark shape: 32 query and 8 key heads of 128, a float32 cache."""
+    """rotary_embedding (neox, or GPT-J with --gptj) in place on each library's
+    own query and key, cpukern's benchmark shape: 32 query and 8 key heads of
+    128, a float32 cache."""
     head, heads, kv_heads, max_pos, rows = 128, 32, 8, 4096, args.rows
     rng = np.random.default_rng(0)
     positions = rng.integers(0, max_pos, rows).astype(np.int64)
@@ -130,7 +131,7 @@ def rotary_calls(libs: list[ctypes.CDLL], args: argparse.Namespace) -> tuple[lis
             return int(lib.cpukern_rotary_embedding(
                 PTR(positions.ctypes.data), I64(1), PTR(lq.ctypes.data), PTR(lk.ctypes.data), PTR(cache.ctypes.data),
                 I64(rows), I64(heads), I64(kv_heads), I64(head), I64(heads * head), I64(head), I64(kv_heads * head),
-                I64(head), I64(max_pos), I64(head), ctypes.c_int32(1), ctypes.c_int32(DTYPE_CODE[args.dtype]),
+                I64(head), I64(max_pos), I64(head), ctypes.c_int32(0 if args.gptj else 1), ctypes.c_int32(DTYPE_CODE[args.dtype]),
                 ctypes.c_int32(DTYPE_CODE["f32"])))
 
         calls.append(call)
@@ -178,6 +179,7 @@ def main() -> None:
     parser.add_argument("op", choices=list(CALLS))
     parser.add_argument("--dtype", choices=list(DTYPE_CODE), default="bf16", help="the element-wise ops' dtype")
     parser.add_argument("--rows", type=int, default=512, help="their rows (silu_and_mul: x 22016, norms and rotary: x 4096)")
+    parser.add_argument("--gptj", action="store_true", help="rotary_embedding: GPT-J (interleaved) pairs, not neox")
     parser.add_argument("--m", type=int, default=256)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--k", type=int, default=4096)

@@ -135,6 +135,9 @@ inline VF load(const bf16_t* p) {
     return (VF)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16);
 #elif defined(__AVX2__)
     return (VF)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
+#elif defined(__SSE2__) && !defined(__AVX__)
+    // zeros below each value: one unpack (GCC's conversion took five shuffles and a shift)
+    return (VF)_mm_unpacklo_epi16(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 #else
     VH h;
     std::memcpy(&h, p, sizeof h);
@@ -156,12 +159,26 @@ inline VU bf16_rne_biased(VF v) {
 // The same as bf16_rne_bits without the NaN fix-up: see store_fast.
 inline VU bf16_rne_bits_fast(VF v) { return bf16_rne_biased(v) >> 16; }
 
+#if defined(__SSE2__) && !defined(__AVX__)
+// Four lanes, each < 2^16, as four 16-bit values in the low 8 bytes. No
+// packusdw before SSE4.1 (GCC's conversion took six shuffles): a signed pack
+// of the values moved down by 2^15, moved back.
+inline __m128i pack_low_halves(__m128i v) {
+    const __m128i low = _mm_sub_epi32(v, _mm_set1_epi32(0x8000));
+    return _mm_xor_si128(_mm_packs_epi32(low, low), _mm_set1_epi16(-0x8000));
+}
+#endif
+
 // Stores lanes that already hold bf16 bit patterns (each < 2^16).
 inline void store_bf16_bits(bf16_t* p, VU bits) {
 #if defined(__AVX2__) && !defined(__AVX512F__)
     // one unsigned saturating pack of the two halves
     __m256i w = (__m256i)bits;
     __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+#elif defined(__SSE2__) && !defined(__AVX__)
+    const __m128i packed = pack_low_halves((__m128i)bits);
+    uint64_t h;
+    std::memcpy(&h, &packed, sizeof h);
 #else
     VH h = __builtin_convertvector(bits, VH);
 #endif
@@ -252,9 +269,7 @@ inline VF load(const f16_t* p) {
     return f16_bits_to_float(_mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), _mm_setzero_si128()));
 }
 inline void store(f16_t* p, VF v) {
-    // no packusdw before SSE4.1: a signed pack of the bits moved down by 2^15, moved back
-    const __m128i low = _mm_sub_epi32(f16_bits_from_float(v), _mm_set1_epi32(0x8000));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_xor_si128(_mm_packs_epi32(low, low), _mm_set1_epi16(-0x8000)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), pack_low_halves(f16_bits_from_float(v)));
 }
 #elif CPUKERN_HAVE_FLOAT16 && defined(__F16C__)
 // GCC 12 scalarises _Float16 vector conversions: use F16C (vcvtph2ps/vcvtps2ph).
