@@ -347,35 +347,28 @@ template <>
 inline void store_pair_fast(bf16_t* p, VF a, VF b) {
     store_pair(p, a, b);
 }
-#elif defined(__AVX512F__) && defined(__AVX512BW__)
+#elif (defined(__AVX512F__) && defined(__AVX512BW__)) || defined(__AVX2__) || (defined(__SSE2__) && !defined(__AVX__))
+// (the baseline too: GCC widens and narrows 16-bit vectors with 4-6 shuffles
+// per 4 values on SSE2, having no pmovzx and no packusdw; the split needs none)
 #define CPUKERN_BF16_PAIRS_SPLIT 1
-using VIpair = __m512i;
-inline VIpair pair_load(const void* p) { return _mm512_loadu_si512(p); }
-inline void pair_store(void* p, VIpair v) { _mm512_storeu_si512(p, v); }
-inline VF pair_odd(VIpair v) { return (VF)_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))); }
-inline VF pair_even(VIpair v) { return (VF)_mm512_slli_epi32(v, 16); }
+using VIpair = VU;
+inline VIpair pair_load(const void* p) {
+    VIpair v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+inline void pair_store(void* p, VIpair v) { std::memcpy(p, &v, sizeof v); }
+inline VF pair_odd(VIpair v) { return (VF)(v & 0xffff0000u); }
+inline VF pair_even(VIpair v) { return (VF)(v << 16); }
 // low 16 bits of `lo` lanes, high 16 bits of `hi` lanes
-inline VIpair pair_join(VIpair lo, VIpair hi) { return _mm512_mask_blend_epi16(0xAAAAAAAAu, lo, hi); }
-#elif defined(__AVX2__)
-#define CPUKERN_BF16_PAIRS_SPLIT 1
-using VIpair = __m256i;
-inline VIpair pair_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline void pair_store(void* p, VIpair v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
-inline VF pair_odd(VIpair v) { return (VF)_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))); }
-inline VF pair_even(VIpair v) { return (VF)_mm256_slli_epi32(v, 16); }
-inline VIpair pair_join(VIpair lo, VIpair hi) { return _mm256_blend_epi16(lo, hi, 0xAA); }
-#elif defined(__SSE2__) && !defined(__AVX__)
-// The baseline: GCC widens and narrows 16-bit vectors with 4-6 shuffles per
-// 4 values on SSE2 (no pmovzx, no packusdw); the split needs none.
-#define CPUKERN_BF16_PAIRS_SPLIT 1
-using VIpair = __m128i;
-inline VIpair pair_load(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline void pair_store(void* p, VIpair v) { _mm_storeu_si128(static_cast<__m128i*>(p), v); }
-inline VF pair_odd(VIpair v) { return (VF)_mm_and_si128(v, _mm_set1_epi32(static_cast<int>(0xffff0000u))); }
-inline VF pair_even(VIpair v) { return (VF)_mm_slli_epi32(v, 16); }
-// no pblendw before SSE4.1: lo's lanes are < 2^16 (rounded and shifted)
 inline VIpair pair_join(VIpair lo, VIpair hi) {
-    return _mm_or_si128(lo, _mm_and_si128(hi, _mm_set1_epi32(static_cast<int>(0xffff0000u))));
+#if defined(__AVX512F__)
+    return (VIpair)_mm512_mask_blend_epi16(0xAAAAAAAAu, (__m512i)lo, (__m512i)hi);
+#elif defined(__AVX2__)
+    return (VIpair)_mm256_blend_epi16((__m256i)lo, (__m256i)hi, 0xAA);
+#else
+    return lo | (hi & 0xffff0000u);  // no pblendw before SSE4.1; lo's lanes are < 2^16 (rounded, shifted)
+#endif
 }
 #endif
 
@@ -402,14 +395,13 @@ inline void store_pair(bf16_t* p, VF a, VF b) {
 // no unpacking and packing shuffles around the conversions
 template <>
 inline void load_pair(const f16_t* p, VF& a, VF& b) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    a = f16_bits_to_float(_mm_srli_epi32(v, 16));
-    b = f16_bits_to_float(_mm_and_si128(v, _mm_set1_epi32(0xffff)));
+    const VIpair v = pair_load(p);
+    a = f16_bits_to_float((__m128i)(v >> 16));
+    b = f16_bits_to_float((__m128i)(v & 0xffffu));
 }
 template <>
 inline void store_pair(f16_t* p, VF a, VF b) {
-    const __m128i v = _mm_or_si128(f16_bits_from_float(b), _mm_slli_epi32(f16_bits_from_float(a), 16));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+    pair_store(p, pair_join((VIpair)f16_bits_from_float(b), (VIpair)f16_bits_from_float(a) << 16));
 }
 template <>
 inline void store_pair_fast(f16_t* p, VF a, VF b) {
