@@ -81,6 +81,15 @@ void rotate_gptj(T* x, const float* cd, const float* sd, int64_t rot) {
     }
 }
 
+// A cache row to float: vectors first (the baseline's float16 has no scalar
+// conversion but a libgcc call per element).
+template <class C>
+void widen(float* dst, const C* src, int64_t n) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) store(dst + i, load(src + i));
+    for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
 template <class T, class C>
 void rotary(const int64_t* positions, int64_t pos_stride, Heads q, Heads k, const C* cache, int64_t cache_stride,
             int64_t tokens, int64_t rot, bool neox) {
@@ -90,21 +99,21 @@ void rotary(const int64_t* positions, int64_t pos_stride, Heads q, Heads k, cons
     int64_t per_token = (q.count + k.count) * rot;
     int64_t grain = (int64_t{1} << 14) / (per_token > 0 ? per_token : 1);
     parallel_for_dynamic(tokens, grain < 1 ? 1 : grain, [&](int64_t begin, int64_t end) {
-        std::vector<float> table(2 * padded, 0.0f);
+        std::vector<float> table(3 * padded, 0.0f);
         float* c = table.data();
         float* s = c + padded;
+        float* row_f = s + padded;  // gptj: the row widened, then spread over c and s
         for (int64_t t = begin; t < end; ++t) {
             const C* row = cache + positions[t * pos_stride] * cache_stride;
             if (neox) {
-                for (int64_t i = 0; i < half; ++i) {
-                    c[i] = to_float(row[i]);
-                    s[i] = to_float(row[half + i]);
-                }
+                widen(c, row, half);
+                widen(s, row + half, half);
                 neox_table<T>(c, half);
                 neox_table<T>(s, half);
             } else {
+                widen(row_f, row, rot);
                 for (int64_t i = 0; i < half; ++i) {
-                    float cv = to_float(row[i]), sv = to_float(row[half + i]);
+                    const float cv = row_f[i], sv = row_f[half + i];
                     c[2 * i] = c[2 * i + 1] = cv;
                     s[2 * i] = -sv;
                     s[2 * i + 1] = sv;
