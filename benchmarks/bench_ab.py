@@ -12,21 +12,33 @@ per-round ratios to the first library (a slow period then hits both sides
 of a ratio); the results must agree. On this project's noisy 2-vCPU VMs two
 separate processes differ by up to 2x, and even medians of interleaved calls
 drift with the period; the per-round ratios drift least. Linux's AMX
-permission is requested first, so `amx` libraries run too.
+permission is requested first, so `amx` libraries run too. Every library
+has its own thread pool: with `--repeat 2` or more a library's turn waits
+until the last one's worker stopped polling, and its first call (untimed)
+wakes its own - use it for calls under a few milliseconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import random
 import statistics
 import time
 from collections.abc import Callable
 
+# NumPy's OpenBLAS threads poll for a while after import (and after every BLAS
+# call), taking a CPU from the libraries' pools: on a 2-vCPU VM a short run
+# timed one library - any of them, a copy of another too - at one thread's
+# speed throughout (rotary_embedding, rms_norm: 2x in about 4 of 10 runs;
+# with this and the pause below, none in 11). The harness needs no threaded BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 
 I64, PTR = ctypes.c_int64, ctypes.c_void_p
+POOL_POLL_S = 0.0005  # > cpukern's default CPUKERN_SPIN_US
 DTYPE_CODE = {"f32": 0, "bf16": 1, "f16": 2}
 
 
@@ -202,6 +214,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for which in order.sample(range(len(libs)), len(libs)):
             if args.repeat > 1:
+                # each library has its own pool, whose worker polls for 200 us after a call
+                # (CPUKERN_SPIN_US): let the last library's stop before this one's warm-up call
+                time.sleep(POOL_POLL_S)
                 calls[which]()
             best = float("inf")
             for _ in range(max(args.repeat - 1, 1)):
