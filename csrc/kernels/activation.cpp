@@ -106,9 +106,7 @@ inline VF gather(const float* table, VIdx idx) {
     std::memcpy(i, &idx, sizeof i);
     return VF{table[i[0]], table[i[1]], table[i[2]], table[i[3]]};
 }
-inline VIdx widen_bits(const void* p) {
-    return _mm_unpacklo_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(p)), _mm_setzero_si128());
-}
+// (no widen_bits: both 16-bit types split their pairs on SSE2)
 #else
 constexpr bool kHardwareGather = true;
 using VIdx = __m256i;
@@ -125,14 +123,15 @@ inline void gather_silu_pair(const float* table, const T* a, VF& s0, VF& s1) {
     constexpr bool kSplit = std::is_same_v<T, bf16_t>;
 #endif
     if constexpr (kSplit) {  // odd elements, then even ones
-        VIpair v = pair_load(a);
-        s0 = gather(table, (VIdx)((VU)v >> 16));
-        s1 = gather(table, (VIdx)((VU)v & 0xffffu));
-        return;
-    }
+        const VIpair v = pair_load(a);
+        s0 = gather(table, (VIdx)(v >> 16));
+        s1 = gather(table, (VIdx)(v & 0xffffu));
+    } else
 #endif
-    s0 = gather(table, widen_bits(a));
-    s1 = gather(table, widen_bits(a + kLanes));
+    {
+        s0 = gather(table, widen_bits(a));
+        s1 = gather(table, widen_bits(a + kLanes));
+    }
 }
 // vpgatherdd is the cheap part only where gathers run at load speed: Intel's
 // Gather Data Sampling mitigation (microcode for Skylake .. Ice Lake / Tiger
