@@ -37,7 +37,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import cpukern  # noqa: E402
 from cpukern import _dispatch, _threads, gemm, ops  # noqa: E402
-from test_ops import ULP, assert_close, np_rms_norm, np_rotary, np_silu_and_mul, rand  # noqa: E402
+from test_ops import ULP, assert_close, f64, np_rms_norm, np_rotary, np_silu_and_mul, rand  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,  # compiles three libraries (about 40 s cold, cached afterwards)
@@ -332,6 +332,29 @@ def test_norms_and_silu(
         what = f"{name} silu_and_mul ({ops.SILU_TABLE_ENV}={silu_table})"
         assert_close(got, ref, dtype, what=f"{what} vs scalar reference", ulps=2)
         assert_close(got, np_silu_and_mul(g), dtype, what=f"{what} vs numpy float64", ulps=2)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_silu_special_values(
+    emulated: dict[str, str], variant: str, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NaN, the infinities and both ends of the exp's range through the
+    emulated intrinsics: the 16-bit polynomial leans on vreduceps taking an
+    infinity to 0 and on vscalefps overflowing to inf."""
+    name = emulated[variant]
+    gate = [np.nan, np.inf, -np.inf, -1e4, -88.0, -20.0, -0.0, 0.5, 20.0, 88.0, 1e4]
+    x = np.array([gate + [2.0] * len(gate)], np.float32).astype(DTYPES[dtype])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np_silu_and_mul(x)
+    for silu_table in ("1", "0"):
+        monkeypatch.setenv(ops.SILU_TABLE_ENV, silu_table)
+        got = f64(on(name, lambda: cpukern.silu_and_mul(x)))
+        what = f"{name} silu_and_mul ({ops.SILU_TABLE_ENV}={silu_table}): {got} vs {want}"
+        nan, inf = np.isnan(want), np.isinf(want)
+        assert np.array_equal(np.isnan(got), nan) and np.array_equal(got[inf], want[inf]), what
+        finite = ~(nan | inf)
+        assert_close(got[finite], want[finite], dtype, what=what, ulps=2, atol=2.0**-118)
 
 
 # (tokens, query heads, key heads, head_size, rotary dims): a full 128-wide

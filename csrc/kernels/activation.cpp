@@ -26,23 +26,27 @@ template <class T>
 inline VF silu_mul(VF a, VF b) {
     constexpr bool k32 = std::is_same_v<T, float>;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-    // e = exp(-|a|) in [0, 1], subnormals included (vscalefps): 1 + e never
-    // overflows, and a < 0 takes sigmoid(a) = e / (1 + e), exact down to
-    // silu(-103). -min(|a|, 110) in one vrangeps (a NaN stays NaN, and so
-    // does the product). Degree 3 for 16-bit outputs: every bf16 / fp16 input
-    // within 1 ulp of the correctly rounded silu (26 / 1640 of the 65536 off
-    // by one; degree 5: 18 / 809); the bf16 512 x 22016 call 0.95-0.96 of
-    // degree 5's time on Zen 4 (avx512bf16), 0.93-0.96 (avx512); float32 keeps
-    // degree 7 (0.98 with the vrangeps).
-    VF e = exp_in_range<k32 ? 7 : 3>((VF)_mm512_range_ps((__m512)a, _mm512_set1_ps(110.0f), 0xE));
-    auto negative = _mm512_cmp_ps_mask((__m512)a, _mm512_setzero_ps(), _CMP_LT_OQ);
-    if constexpr (k32) {  // the divider: exact, and as cheap as estimate + Newton step on AMD's cores
-        VF numerator = (VF)_mm512_mask_mov_ps(_mm512_set1_ps(1.0f), negative, (__m512)e);
-        return a * (numerator / (1.0f + e)) * b;
-    } else {
-        VF r = reciprocal_estimate(1.0f + e);
-        return a * (VF)_mm512_mask_mul_ps((__m512)r, negative, (__m512)e, (__m512)r) * b;
+    if constexpr (!k32) {
+        // 16-bit outputs: e = exp(-a) by the degree-3 exp, sigmoid = 1 / (1 + e)
+        // by vrcp14ps (2^-14), 10 instructions per vector with no clamp and no
+        // mask: vreduceps takes +-inf to 0, so a = +inf gives e = 0 (silu = inf),
+        // a = -inf e = inf (NaN, as -inf * 0); below a = -88.7 e overflows and
+        // silu is -0, as in the float32 scalar reference and torch; a NaN stays
+        // NaN. Every bf16 / fp16 input within 1 ulp of the correctly rounded
+        // silu (20 / 1958 of the 65536 off by one). The exp(-|a|) form below
+        // (sigmoid of a < 0 as e / (1 + e), exact down to silu(-103); 26 /
+        // 1640) took 1.19-1.20x this one's time on Zen 4.
+        return a * reciprocal_estimate(1.0f + exp_in_range<3>(-a)) * b;
     }
+    // float32: e = exp(-|a|) in [0, 1], subnormals included (vscalefps): 1 + e
+    // never overflows, and a < 0 takes sigmoid(a) = e / (1 + e), exact down to
+    // silu(-103). -min(|a|, 110) in one vrangeps (a NaN stays NaN, and so does
+    // the product); degree 7 (0.98 of the time with the vrangeps). The divider:
+    // exact, and as cheap as estimate + Newton step on AMD's cores.
+    VF e = exp_in_range<7>((VF)_mm512_range_ps((__m512)a, _mm512_set1_ps(110.0f), 0xE));
+    auto negative = _mm512_cmp_ps_mask((__m512)a, _mm512_setzero_ps(), _CMP_LT_OQ);
+    VF numerator = (VF)_mm512_mask_mov_ps(_mm512_set1_ps(1.0f), negative, (__m512)e);
+    return a * (numerator / (1.0f + e)) * b;
 #else
     // exp(-a) for -a in [-20, 89.5]: below -20, 1 + e rounds to 1; from
     // 88.72 up e is inf (as exp(-a) overflows float32 in the scalar

@@ -86,9 +86,20 @@ static inline simde__m256i cpukern_simde_mm512_cvtps_ph(simde__m512 a, int round
 #endif
 
 // vreduceps zmm: the SDM defines it as src - ROUND(src * 2^M) * 2^-M with
-// VRNDSCALE's immediate encoding, so it is src minus SIMDe's roundscale.
+// VRNDSCALE's immediate encoding, so it is src minus SIMDe's roundscale -
+// except for infinities, which reduce to +0 (the SDM's special cases; Zen 4
+// does so), not inf - inf.
 #if !defined(_mm512_reduce_ps)
-#define _mm512_reduce_ps(a, imm8) simde_mm512_sub_ps((a), simde_mm512_roundscale_ps((a), (imm8)))
+static inline simde__m512 cpukern_simde_reduce_infinities(simde__m512 a, simde__m512 reduced) {
+    float in[16], out[16];
+    simde_mm512_storeu_ps(in, a);
+    simde_mm512_storeu_ps(out, reduced);
+    for (int i = 0; i < 16; ++i)
+        if (in[i] == in[i] && in[i] - in[i] != in[i] - in[i]) out[i] = 0.0f;  // +-inf: inf - inf is NaN
+    return simde_mm512_loadu_ps(out);
+}
+#define _mm512_reduce_ps(a, imm8) \
+    cpukern_simde_reduce_infinities((a), simde_mm512_sub_ps((a), simde_mm512_roundscale_ps((a), (imm8))))
 #endif
 
 // vgatherdps zmm without a mask: lane i loads base + idx[i] * scale (SDM), so
