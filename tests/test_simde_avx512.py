@@ -241,10 +241,6 @@ def test_the_avx512_branches_are_compiled_in(emulated: dict[str, str], variant: 
 GEMM_SHAPES = [(1, 37, 530), (5, 37, 530), (35, 65, 530)]
 
 
-def f64(a: Any) -> Any:
-    return np.asarray(a).astype(np.float64)
-
-
 @pytest.mark.parametrize("kernel", gemm.BF16_KERNELS)
 @pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("variant", VARIANTS)
