@@ -62,9 +62,9 @@ void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
     int64_t i = 0;
     for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
         VF a0, a1, b0, b1;
-        load_pair(a + i, a0, a1);
-        load_pair(b + i, b0, b1);
-        store_pair_fast(out + i, silu_mul<T>(a0, b0), silu_mul<T>(a1, b1));
+        load_pair_unordered(a + i, a0, a1);
+        load_pair_unordered(b + i, b0, b1);
+        store_pair_unordered_fast(out + i, silu_mul<T>(a0, b0), silu_mul<T>(a1, b1));
     }
     for (; i + kLanes <= n; i += kLanes) store_fast(out + i, silu_mul<T>(load(a + i), load(b + i)));
     if (i < n) {
