@@ -20,8 +20,8 @@ using namespace simd;
 
 constexpr int64_t kBlock = 2048;  // columns per work unit (a multiple of every kLanes)
 
-// silu(a) * b. 16-bit outputs use a cheaper exp (degree 5; with AVX-512,
-// degree 3 and the reciprocal estimate in place of the divider).
+// silu(a) * b. 16-bit outputs use a cheaper exp (degree 3; with AVX-512 the
+// reciprocal estimate in place of the divider too).
 template <class T>
 inline VF silu_mul(VF a, VF b) {
     constexpr bool k32 = std::is_same_v<T, float>;
@@ -52,7 +52,9 @@ inline VF silu_mul(VF a, VF b) {
     // 88.72 up e is inf (as exp(-a) overflows float32 in the scalar
     // reference and in torch), so a / inf is -0 (NaN for a = -inf). A NaN's
     // max is -20, the quotient stays NaN. One divide: a single uop to issue.
-    VF e = exp_in_range<k32 ? 7 : 5>(vmin(vmax(-a, splat(-20.0f)), splat(kExpInf)));
+    // Degree 3 for 16-bit outputs (degree 5 before it: 1.15x the time with
+    // avx2 on Zen 4; every bf16 / fp16 input still within 1 ulp).
+    VF e = exp_in_range<k32 ? 7 : 3>(vmin(vmax(-a, splat(-20.0f)), splat(kExpInf)));
     return a / (1.0f + e) * b;
 #endif
 }
@@ -140,12 +142,10 @@ inline void gather_silu_pair(const float* table, const T* a, VF& s0, VF& s1) {
 // vpgatherdd is the cheap part only where gathers run at load speed: Intel's
 // Gather Data Sampling mitigation (microcode for Skylake .. Ice Lake / Tiger
 // Lake) makes every gather several times slower, and there the polynomial
-// wins; Linux says so in sysfs. AMD's cores gather at about the same rate per
-// element in ymm and zmm, so the AVX-512 polynomial (twice the elements per
-// instruction of avx2's) wins there: on Zen 4, bf16 512 x 22016 took 0.71 of
-// the table's time with avx512bf16, while avx2's table stays 0.96 of its
-// polynomial. The baseline's scalar loads are neither: it always takes the
-// table. CPUKERN_SILU_LUT=0 / 1 overrides (read per call, so tests run both
+// wins; Linux says so in sysfs. AMD's cores gather slowly too: on Zen 4, bf16
+// 512 x 22016 took 0.71 of the table's time with avx512bf16's polynomial and
+// 0.95 with avx2's (degree 3; with degree 5 the table won, 0.96). The
+// baseline's scalar loads are neither: it always takes the table. CPUKERN_SILU_LUT=0 / 1 overrides (read per call, so tests run both
 // paths).
 bool gather_mitigated() {
     std::FILE* f = std::fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
@@ -159,7 +159,7 @@ bool use_silu_table() {
     if (const char* force = std::getenv("CPUKERN_SILU_LUT"); force && (!std::strcmp(force, "0") || !std::strcmp(force, "1")))
         return force[0] == '1';
     static const bool slow =
-        kHardwareGather && (gather_mitigated() || (kLanes == 16 && host_vendor_is("AuthenticAMD")));
+        kHardwareGather && (gather_mitigated() || host_vendor_is("AuthenticAMD"));
     return !slow;
 }
 

@@ -577,8 +577,8 @@ inline float sum_squares_bf16(const bf16_t* x, int64_t n) {
 
 // exp(x) for float lanes: Cody-Waite reduction (|r| <= ln2/2), a polynomial
 // in r, and the scale 2^n. kDegree 7 (minimax): ~2 ulp, for float32 results.
-// kDegree 5 (Taylor, ln 2 in one part): <= 2.7e-6 relative and ~30% cheaper,
-// for results rounded to bf16/fp16 (half an ulp there is >= 2.4e-4).
+// kDegree 3 (minimax, ln 2 in one part): 7.5e-5 relative and about half the
+// work, for results rounded to bf16 / fp16 (half an ulp there is >= 2.4e-4).
 // The scale is where ISAs differ. AVX-512's vscalefps takes any n, so x may
 // be anything in [-1e6, 1e6]: it overflows to inf and underflows through the
 // subnormals to 0 (kExpAnyRange). Elsewhere 2^(n-1) is built from the bits
@@ -595,8 +595,12 @@ constexpr float kExpInf = 89.5f;
 template <int kDegree = 7>
 inline VF exp_in_range(VF x) {
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-    static_assert(kDegree == 7 || kDegree == 5 || kDegree == 3, "exp_in_range: degree 3, 5 or 7");
-    if constexpr (kDegree == 3) {  // as degree 5 below, 2^f by a cubic (7.5e-5 relative): for 16-bit results
+    static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
+    if constexpr (kDegree == 3) {
+        // Base 2 without the ln 2 split: t = x log2(e) rounded (<= 5.3e-6
+        // relative for |x| <= 110), f = t - floor(t) in [0, 1) in one
+        // vreduceps, 2^f by a cubic (7.5e-5 relative) and vscalefps applies
+        // 2^floor(t). vreduceps takes +-inf to 0: x = -inf gives 0, +inf inf.
         VF t = x * 1.44269504088896341f;
         VF f = (VF)_mm512_reduce_ps((__m512)t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         VF p = splat(0.07802403f);
@@ -605,22 +609,8 @@ inline VF exp_in_range(VF x) {
         p = p * f + 0.99992513f;
         return (VF)_mm512_scalef_ps((__m512)p, (__m512)t);
     }
-    if constexpr (kDegree == 5) {
-        // Base 2 without the ln 2 split: t = x log2(e) rounded (<= 5.3e-6
-        // relative for |x| <= 110), f = t - floor(t) in [0, 1) in one
-        // vreduceps, 2^f by a degree-4 fit (2.7e-6) and vscalefps applies
-        // 2^floor(t): 7 instructions against 10.
-        VF t = x * 1.44269504088896341f;
-        VF f = (VF)_mm512_reduce_ps((__m512)t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        VF p = splat(1.3534014e-2f);
-        p = p * f + 5.2011319e-2f;
-        p = p * f + 0.24144320f;
-        p = p * f + 0.69300365f;
-        p = p * f + 1.0000026f;
-        return (VF)_mm512_scalef_ps((__m512)p, (__m512)t);
-    }
 #else
-    static_assert(kDegree == 7 || kDegree == 5, "exp_in_range: degree 5 or 7 (3 with AVX-512 DQ)");
+    static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
 #endif
     constexpr float s = kExpAnyRange ? 1.0f : 2.0f;  // the factor folded into the coefficients
     const VF shifter = splat(12582912.0f);  // 1.5 * 2^23: round to nearest
@@ -630,24 +620,24 @@ inline VF exp_in_range(VF x) {
     if constexpr (kDegree == 7) {  // ln 2 in two parts: r exact to float rounding
         r = x - n * 0.693359375f;
         r = r + n * 2.12194440e-4f;
-    } else {  // one part: |n| <= 160 moves r by < 3e-7, a tenth of degree 5's error
+    } else {  // one part: |n| <= 160 moves r by < 3e-7, a small part of degree 3's error
         r = x - n * 0.693147182f;
     }
-    VF p;  // s * (the coefficients of r^7 .. r^2)
-    if constexpr (kDegree == 7) {
+    VF p;  // s * exp(r)
+    if constexpr (kDegree == 3) {  // a minimax cubic, all four coefficients fitted
+        p = splat(s * 0.16566774f);
+        p = p * r + s * 0.50496238f;
+        p = p * r + s * 1.00016415f;
+        p = p * r + s * 0.99992812f;
+    } else {  // s * (the coefficients of r^7 .. r^2), then 1 + r exactly
         p = splat(s * 1.9875691500e-4f);
         p = p * r + s * 1.3981999507e-3f;
         p = p * r + s * 8.3334519073e-3f;
         p = p * r + s * 4.1665795894e-2f;
         p = p * r + s * 1.6666665459e-1f;
         p = p * r + s * 5.0000001201e-1f;
-    } else {
-        p = splat(s / 120);
-        p = p * r + s / 24;
-        p = p * r + s / 6;
-        p = p * r + s / 2;
+        p = p * (r * r) + (r * s + s);
     }
-    p = p * (r * r) + (r * s + s);  // s * exp(r)
 #if defined(__AVX512F__)
     return (VF)_mm512_scalef_ps((__m512)p, (__m512)n);
 #else
