@@ -316,7 +316,7 @@ def silu_and_mul(x: Any, *, out: Any = None) -> Any:
 
 # 16-bit silu_and_mul on x86 reads silu from a 64K-entry table (by gathers;
 # the SSE2 baseline by scalar loads, always) unless Linux reports the Gather
-# Data Sampling mitigation or an AVX-512 variant runs on an AMD core
+# Data Sampling mitigation or the core is AMD's
 # (csrc/kernels/activation.cpp, use_silu_table); "0" / "1" force it.
 SILU_TABLE_ENV = "CPUKERN_SILU_LUT"
 
