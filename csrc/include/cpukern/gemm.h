@@ -45,9 +45,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // (docs/gemm.md); 256, 1024 and 2048 bytes ahead did worse. A prefetch past
 // the panel's end is harmless (no fault).
 constexpr int64_t kStreamAhead = 512;
-template <int Bytes>
+template <int Bytes, int64_t Ahead = kStreamAhead>
 inline void stream_ahead(const uint8_t* p) {
-    for (int off = 0; off < Bytes; off += 64) __builtin_prefetch(p + kStreamAhead + off, 0, 3);
+    for (int off = 0; off < Bytes; off += 64) __builtin_prefetch(p + Ahead + off, 0, 3);
 }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
