@@ -145,8 +145,8 @@ inline void gather_silu_pair(const float* table, const T* a, VF& s0, VF& s1) {
 // wins; Linux says so in sysfs. AMD's cores gather slowly too: on Zen 4, bf16
 // 512 x 22016 took 0.71 of the table's time with avx512bf16's polynomial and
 // 0.95 with avx2's (degree 3; with degree 5 the table won, 0.96). The
-// baseline's scalar loads are neither: it always takes the table. CPUKERN_SILU_LUT=0 / 1 overrides (read per call, so tests run both
-// paths).
+// baseline's scalar loads are neither: it always takes the table.
+// CPUKERN_SILU_LUT=0 / 1 overrides (read per call, so tests run both paths).
 bool gather_mitigated() {
     std::FILE* f = std::fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
     if (!f) return false;

@@ -42,8 +42,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // through, with little work per byte: fetching 512 bytes ahead took the
 // Zen 4 class host's GEMV from 598 to 537 us (bf16, 32 MiB of weights) and
 // int8 from 168 to 161 us (16 MiB), alternating in one process, 15 rounds
-// (docs/gemm.md); 256, 1024 and 2048 bytes ahead did worse. A prefetch past
-// the panel's end is harmless (no fault).
+// (docs/gemm.md); 256, 1024 and 2048 bytes ahead did worse there (the avx2
+// kernels take 256: kGemvAhead in gemm_generic.h). A prefetch past the
+// panel's end is harmless (no fault).
 constexpr int64_t kStreamAhead = 512;
 template <int Bytes, int64_t Ahead = kStreamAhead>
 inline void stream_ahead(const uint8_t* p) {
