@@ -99,10 +99,11 @@ void rotary(const int64_t* positions, int64_t pos_stride, Heads q, Heads k, cons
     int64_t per_token = (q.count + k.count) * rot;
     int64_t grain = (int64_t{1} << 14) / (per_token > 0 ? per_token : 1);
     parallel_for_dynamic(tokens, grain < 1 ? 1 : grain, [&](int64_t begin, int64_t end) {
-        std::vector<float> table(3 * padded, 0.0f);
+        // cos and sin; gptj also the row widened, then spread over them
+        std::vector<float> table((neox ? 2 : 3) * padded, 0.0f);
         float* c = table.data();
         float* s = c + padded;
-        float* row_f = s + padded;  // gptj: the row widened, then spread over c and s
+        float* row_f = neox ? nullptr : s + padded;
         for (int64_t t = begin; t < end; ++t) {
             const C* row = cache + positions[t * pos_stride] * cache_stride;
             if (neox) {
