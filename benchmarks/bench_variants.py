@@ -68,6 +68,7 @@ class Config:
     rounds: int
     round_ms: float
     torch: bool
+    side_bandwidth_from: int  # bytes: records with a working set this large get their bandwidth measured beside them
 
 
 
@@ -104,6 +105,9 @@ def parse_config(argv: Sequence[str]) -> Config:
     parser.add_argument("--rounds", type=int, default=3, help="Round-robin rounds.")
     parser.add_argument("--round-ms", type=float, default=20.0, help="Time per candidate per round.")
     parser.add_argument("--no-torch", action="store_true", help="Skip torch even when installed.")
+    parser.add_argument("--side-bandwidth-from", type=float, default=32.0, metavar="MIB",
+                        help="Working sets from this many MiB (beyond a 2-vCPU VM's L3, where bandwidth swings with "
+                             "the neighbours) get the probe's bandwidth measured between their rounds, as their bound.")
     args = parser.parse_args(list(argv))
     ops = _split(args.ops, "ops")
     unknown = [o for o in ops if o not in ALL_OPS]
@@ -115,10 +119,13 @@ def parse_config(argv: Sequence[str]) -> Config:
         raise ArgumentError(f"--dtypes: unknown {', '.join(bad)} (known: bf16, fp32)")
     if not 1 <= args.rounds <= 100 or not 1 <= args.round_ms <= 10000:
         raise ArgumentError("--rounds must be 1-100 and --round-ms 1-10000")
+    if not args.side_bandwidth_from > 0:
+        raise ArgumentError(f"--side-bandwidth-from: expected a positive number of MiB, got {args.side_bandwidth_from:g}")
     return Config(ops=tuple(ops), variants=tuple(_split(args.variants, "variants")), dtypes=tuple(dtypes),
                   tokens=tuple(_ints(args.tokens, "tokens")), gemm_m=tuple(_ints(args.m, "m")),
                   gemv_n=tuple(_ints(args.gemv_n, "gemv-n")), rounds=args.rounds,
-                  round_ms=args.round_ms, torch=not args.no_torch)
+                  round_ms=args.round_ms, torch=not args.no_torch,
+                  side_bandwidth_from=int(args.side_bandwidth_from * (1 << 20)))
 
 
 def _cases(config: Config, has_torch: bool) -> list[Callable[[], cases.Case]]:
@@ -187,7 +194,10 @@ def run(config: Config) -> dict[str, Any]:
             candidates["torch"] = case.torch
         if case.memcpy is not None:
             candidates["memcpy"] = case.memcpy
-        us = timing.measure(candidates, config.rounds, config.round_ms / 1000)
+        footprint = case.working_set or case.bytes or 0
+        us, bandwidth = timing.measure_beside_bandwidth(
+            candidates, config.rounds, config.round_ms / 1000, meta["threads"],
+            working_set=footprint if footprint >= config.side_bandwidth_from else None)
         for v in config.variants:
             records.append({
                 "op": case.op, "dtype": case.dtype, "shape": case.shape, "variant": v, "us": round(us[v], 2),
@@ -195,6 +205,7 @@ def run(config: Config) -> dict[str, Any]:
                 "memcpy_us": round(us["memcpy"], 2) if "memcpy" in us else None,
                 "flops": case.flops, "bytes": case.bytes, "bytes_written": case.bytes_written,
                 "working_set": case.working_set,
+                **({"bandwidth": bandwidth} if bandwidth else {}),
                 **_peak_dtype(case, meta["kernels"][v]),
             })
         shown = "  ".join(f"{name} {t:.1f} us" for name, t in us.items())

@@ -22,7 +22,10 @@ read ones at the copy bandwidth), and the percentage of it that the kernel
 reached. The bandwidth is the one the probe measured at the record's own
 working set: a set that a level could hold on paper may not stay there (a
 32 MiB set streamed through a 32 MiB victim L3 mostly comes from DRAM, and a
-VM's neighbours share that L3). Without that measurement a working set is
+VM's neighbours share that L3); a record measured beside its rounds (its
+`bandwidth`, timing.side_bandwidth) is bounded by that figure instead, since
+DRAM and a shared L3 swing with the neighbours between one minute and the
+next. Without a measurement a working set is
 split over the levels optimistically: the first level's capacity at its
 bandwidth, the next level's capacity at the next one's and so on, the rest
 from DRAM. No kernel can honestly beat its bound (one above 105% is reported
@@ -31,12 +34,13 @@ as a broken model, by the benchmark, never by a test).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,7 @@ KIB, MIB = 1024, 1024 * 1024
 DEFAULT_LLC = 32 * MIB
 OVER_BOUND_PCT = 105.0  # above this share of its bound, a record shows the model is wrong
 DRAM = "DRAM"
+SIDE_BY_SIDE = "side by side"  # a record's own bandwidth, measured between its rounds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +179,8 @@ def level_label(shares: Sequence[tuple[Bandwidth, float]]) -> str:
 
 
 def _label(b: Bandwidth) -> str:
+    if b.level == SIDE_BY_SIDE:
+        return f"{_size(b.bytes)} {SIDE_BY_SIDE}"
     return f"{_size(b.bytes)} measured" if b.exact else b.level or _size(b.bytes)
 
 
@@ -229,6 +236,16 @@ def _pct(fraction: float) -> float:
     return float(f"{100 * fraction:.3g}")
 
 
+def record_ladder(record: dict[str, Any], ladder: Sequence[Bandwidth]) -> Sequence[Bandwidth]:
+    """The bandwidth a record is bounded by: what the probe measured beside it
+    (the record's `bandwidth`, timing.side_bandwidth), else the ladder."""
+    side, nbytes = record.get("bandwidth"), record.get("working_set") or record.get("bytes")
+    if not side or not nbytes:
+        return ladder
+    return (Bandwidth(bytes=int(nbytes), read_Bps=float(side["read_Bps"]), copy_Bps=float(side["copy_Bps"]),
+                      level=SIDE_BY_SIDE, exact=True),)
+
+
 def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str, Any]]:
     """The records with their roofline fields: the variant's own peak for its
     dtype; torch's against the best peak this host measured for that dtype."""
@@ -236,8 +253,9 @@ def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str
     for r in records:
         flops, nbytes, written, footprint = r.get("flops"), r.get("bytes"), r.get("bytes_written"), r.get("working_set")
         peak = limits.peak(r["variant"], r.get("peak_dtype") or r["dtype"])
+        ladder = record_ladder(r, limits.bandwidth)
         fields = bound(r["us"], flops=flops, nbytes=nbytes, written=written,
-                       peak_ops=peak.ops_per_s if peak else None, ladder=limits.bandwidth, working_set=footprint)
+                       peak_ops=peak.ops_per_s if peak else None, ladder=ladder, working_set=footprint)
         if flops and (peak is None or not peak.ops_per_s):
             fields["peak_note"] = peak.note if peak and peak.note else f"no {r['dtype']} peak for {r['variant']}"
         if not flops and not nbytes:
@@ -245,7 +263,7 @@ def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str
         best = limits.best_peak(r["dtype"])
         torch_us = r.get("torch_us")
         fields["torch_pct_bound"] = bound(torch_us, flops=flops, nbytes=nbytes, written=written,
-                                          peak_ops=best.ops_per_s if best else None, ladder=limits.bandwidth,
+                                          peak_ops=best.ops_per_s if best else None, ladder=ladder,
                                           working_set=footprint)["pct_bound"] if torch_us else None
         out.append({**r, **fields})
     return out
@@ -413,78 +431,109 @@ def _measure_peaks(probes: dict[str, Path], threads: int, ms: float) -> dict[str
     return best
 
 
-def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str], threads: int,
-            cc: str | None = None, ms: float = 50.0, bandwidth_ms: float = 30.0,
-            working_sets: Iterable[int] = (), progress: Callable[[str], None] | None = None) -> Limits:
-    """Compiles the probe per runnable variant, measures each timed variant's
-    peak per dtype (each probe loop once) and the bandwidth ladder (the best
-    over every runnable variant's build, one per vector width), with a point
-    at each of `working_sets` (the records' own)."""
-    say = progress or (lambda _msg: None)
+@dataclass(frozen=True, kw_only=True)
+class ProbeBuilds:
+    """The probe compiled once per runnable variant (in a temporary directory
+    that lives as long as the `probe_builds` context): the roofline's loops,
+    and the bandwidth probe a benchmark runs side by side with its records."""
+
+    cc: str
+    family: str
+    binaries: dict[str, Path]  # variant -> probe executable
+    failed: dict[str, str]  # variant -> why it has none
+    notes: tuple[str, ...] = ()
+
+    @property
+    def bandwidth_probe(self) -> Path | None:
+        """The build that reads with the widest vectors (the lowest priority variant of that width)."""
+        widths: dict[int, Path] = {}
+        for exe in self.binaries.values():
+            widths.setdefault(_vector_bytes(exe), exe)
+        return widths[max(widths)] if widths else None
+
+
+@contextlib.contextmanager
+def probe_builds(variants: Sequence[VariantInfo], cc: str | None = None) -> Iterator[ProbeBuilds]:
+    """Compiles the probe for every runnable variant with its matrix flags."""
     cc = cc or os.environ.get("CC") or "cc"
     family = compiler_family(cc)
-    hw = hardware()
-    notes: list[str] = []
     binaries: dict[str, Path] = {}
     failed: dict[str, str] = {}
-    peaks: list[PeakFigure] = []
-    caches: tuple[CacheLevel, ...] = ()
-    llc = DEFAULT_LLC
-    ladder: tuple[Bandwidth, ...] = ()
-    ladder_from: tuple[str, ...] = ()
     with tempfile.TemporaryDirectory(prefix="cpubuild-peak-") as tmp:
         if find_tool(cc) is None:
-            notes.append(f"no C compiler ({cc}): the probe was not built, no peaks measured")
-        else:
-            for v in variants:
-                if not v.runnable:
-                    continue
-                if v.flags is None:
-                    failed[v.name] = f"the matrix has no {family} flags for {v.name}"
-                    continue
-                exe = Path(tmp) / f"peak_{v.name}"
-                proc = subprocess.run([cc, *PROBE_CFLAGS, *v.flags, str(PROBE_SOURCE), "-o", str(exe)],
-                                      capture_output=True, text=True, timeout=300)
-                if proc.returncode != 0:
-                    failed[v.name] = "probe did not compile: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
-                else:
-                    binaries[v.name] = exe
-        # which probe loop bounds each (variant, dtype), and which binary runs it
-        plan: list[tuple[VariantInfo, str, Peak | None]] = []
-        probes: dict[str, Path] = {}
-        instructions: dict[str, str] = {}
-        for dtype in dtypes:
-            for v in (v for v in variants if v.timed or not v.runnable):
-                entry = hw.peak_for(arch, dtype, v.requires)
-                plan.append((v, dtype, entry))
-                if v.runnable and entry is not None and v.name in binaries:
-                    probes.setdefault(entry.probe, binaries[v.name])
-                    instructions.setdefault(entry.probe, entry.instruction)
-        for probe in probes:
-            say(f"# peak: {instructions[probe]} ({threads} threads, best of {PEAK_ROUNDS} runs {PEAK_SPACING_S:g} s apart)")
-        measured = _measure_peaks(probes, threads, ms)
-        for v, dtype, entry in plan:
-            instruction = entry.instruction if entry else None
+            yield ProbeBuilds(cc=cc, family=family, binaries={}, failed={},
+                              notes=(f"no C compiler ({cc}): the probe was not built, no peaks measured",))
+            return
+        for v in variants:
             if not v.runnable:
-                lacks = ", ".join(v.missing) or "its features"
-                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
-                                        note=f"not on this host (lacks {lacks})"))
-            elif entry is None:
-                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=None, ops_per_s=None,
-                                        note=f"no {dtype} peak in the hardware data for {arch}"))
-            elif v.name not in binaries:
-                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
-                                        note=failed.get(v.name, notes[0] if notes else "probe not built")))
+                continue
+            if v.flags is None:
+                failed[v.name] = f"the matrix has no {family} flags for {v.name}"
+                continue
+            exe = Path(tmp) / f"peak_{v.name}"
+            proc = subprocess.run([cc, *PROBE_CFLAGS, *v.flags, str(PROBE_SOURCE), "-o", str(exe)],
+                                  capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                failed[v.name] = "probe did not compile: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
             else:
-                value = measured[entry.probe]
-                peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction,
-                                        ops_per_s=value if isinstance(value, float) else None,
-                                        note=value if isinstance(value, str) else None))
-        caches = cache_levels(_affinity(threads))
-        llc = last_level_cache(caches)
-        ladder, ladder_from = _measure_ladder(binaries, caches, threads, bandwidth_ms, say, notes, working_sets)
-    return Limits(arch=arch, threads=threads, compiler=f"{cc} ({family})", llc_bytes=llc, peaks=tuple(peaks),
-                  bandwidth=tuple(ladder), notes=tuple(notes), caches=caches, ladder_from=ladder_from)
+                binaries[v.name] = exe
+        yield ProbeBuilds(cc=cc, family=family, binaries=binaries, failed=failed)
+
+
+def measure(*, arch: str, variants: Sequence[VariantInfo], dtypes: Sequence[str], threads: int,
+            cc: str | None = None, ms: float = 50.0, bandwidth_ms: float = 30.0,
+            working_sets: Iterable[int] = (), progress: Callable[[str], None] | None = None,
+            builds: ProbeBuilds | None = None) -> Limits:
+    """Measures each timed variant's peak per dtype (each probe loop once) and
+    the bandwidth ladder (the best over every runnable variant's build, one per
+    vector width), with a point at each of `working_sets` (the records' own),
+    with `builds` (else the probe is compiled here)."""
+    if builds is None:
+        with probe_builds(variants, cc) as made:
+            return measure(arch=arch, variants=variants, dtypes=dtypes, threads=threads, ms=ms,
+                           bandwidth_ms=bandwidth_ms, working_sets=working_sets, progress=progress, builds=made)
+    say = progress or (lambda _msg: None)
+    hw = hardware()
+    notes = list(builds.notes)
+    binaries, failed = builds.binaries, builds.failed
+    peaks: list[PeakFigure] = []
+    # which probe loop bounds each (variant, dtype), and which binary runs it
+    plan: list[tuple[VariantInfo, str, Peak | None]] = []
+    probes: dict[str, Path] = {}
+    instructions: dict[str, str] = {}
+    for dtype in dtypes:
+        for v in (v for v in variants if v.timed or not v.runnable):
+            entry = hw.peak_for(arch, dtype, v.requires)
+            plan.append((v, dtype, entry))
+            if v.runnable and entry is not None and v.name in binaries:
+                probes.setdefault(entry.probe, binaries[v.name])
+                instructions.setdefault(entry.probe, entry.instruction)
+    for probe in probes:
+        say(f"# peak: {instructions[probe]} ({threads} threads, best of {PEAK_ROUNDS} runs {PEAK_SPACING_S:g} s apart)")
+    measured = _measure_peaks(probes, threads, ms)
+    for v, dtype, entry in plan:
+        instruction = entry.instruction if entry else None
+        if not v.runnable:
+            lacks = ", ".join(v.missing) or "its features"
+            peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
+                                    note=f"not on this host (lacks {lacks})"))
+        elif entry is None:
+            peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=None, ops_per_s=None,
+                                    note=f"no {dtype} peak in the hardware data for {arch}"))
+        elif v.name not in binaries:
+            peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction, ops_per_s=None,
+                                    note=failed.get(v.name, notes[0] if notes else "probe not built")))
+        else:
+            value = measured[entry.probe]
+            peaks.append(PeakFigure(variant=v.name, dtype=dtype, instruction=instruction,
+                                    ops_per_s=value if isinstance(value, float) else None,
+                                    note=value if isinstance(value, str) else None))
+    caches = cache_levels(_affinity(threads))
+    llc = last_level_cache(caches)
+    ladder, ladder_from = _measure_ladder(binaries, caches, threads, bandwidth_ms, say, notes, working_sets)
+    return Limits(arch=arch, threads=threads, compiler=f"{builds.cc} ({builds.family})", llc_bytes=llc,
+                  peaks=tuple(peaks), bandwidth=tuple(ladder), notes=tuple(notes), caches=caches,
+                  ladder_from=ladder_from)
 
 
 def _vector_bytes(exe: Path) -> int:

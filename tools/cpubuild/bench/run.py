@@ -79,13 +79,16 @@ def choose_variants(requested: Sequence[str], runnable: Sequence[str]) -> list[s
 
 
 def measure(project: Project, variants: Sequence[str], args: Sequence[str], *, quiet: bool,
-            python: str = sys.executable) -> dict[str, Any]:
+            python: str = sys.executable, probe: Path | None = None) -> dict[str, Any]:
     config = project.config
     assert config.benchmark is not None
     script = project.root / config.benchmark.target
     cmd = [python, str(script), *config.benchmark.args, "--variants", ",".join(variants), *args]
     with contextlib.nullcontext() if quiet else step(f"benchmark {config.benchmark.target}: {', '.join(variants)}"):
-        proc = subprocess.run(cmd, env=timing.preload_env(), capture_output=True, text=True, cwd=project.root)
+        env = timing.preload_env()
+        if probe is not None:  # for timing.side_bandwidth
+            env[timing.ENV_PROBE] = str(probe)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=project.root)
     if not quiet:
         sys.stderr.write(proc.stderr)
     if proc.returncode == 2:  # the benchmark's own usage error
@@ -126,20 +129,18 @@ def variant_infos(project: Project, report: dict[str, Any], variants: Sequence[s
     return out
 
 
-def measure_limits(project: Project, report: dict[str, Any], variants: Sequence[str], result: dict[str, Any],
-                   *, quiet: bool) -> roofline.Limits:
+def measure_limits(report: dict[str, Any], infos: Sequence[roofline.VariantInfo], result: dict[str, Any],
+                   builds: roofline.ProbeBuilds, *, quiet: bool) -> roofline.Limits:
     records = result["records"]
     dtypes = list(dict.fromkeys(str(r.get("peak_dtype") or r["dtype"]) for r in records))
     threads = result.get("meta", {}).get("threads")
     if not isinstance(threads, int) or threads < 1:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cc = os.environ.get("CC") or "cc"
-    infos = variant_infos(project, report, variants, roofline.compiler_family(cc))
     say = None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     with contextlib.nullcontext() if quiet else step("roofline: measuring this host's peaks and bandwidth"):
-        return roofline.measure(arch=str(report.get("arch")), variants=infos, dtypes=dtypes, threads=threads, cc=cc,
+        return roofline.measure(arch=str(report.get("arch")), variants=infos, dtypes=dtypes, threads=threads,
                                 working_sets=[int(r.get("working_set") or r["bytes"]) for r in records if r.get("bytes")],
-                                progress=say)
+                                progress=say, builds=builds)
 
 
 def layer_bench_options(project: Project, *, cli: Mapping[str, Any], environ: Mapping[str, str], cwd: Path) -> BenchSettings:
@@ -186,9 +187,14 @@ def run_bench(project: Project, options: BenchSettings, args: Sequence[str], *, 
     report = package_report(project.config.package, python)
     runnable = runnable_in(report)
     variants = choose_variants(options.variants, runnable)
-    results = [measure(project, variants, args, quiet=quiet, python=python) for _ in range(options.runs)]
-    result = dict(results[0], records=median_records([r["records"] for r in results]))
-    limits = measure_limits(project, report, variants, result, quiet=quiet) if options.roofline else None
+    cc = os.environ.get("CC") or "cc"
+    infos = variant_infos(project, report, variants, roofline.compiler_family(cc)) if options.roofline else []
+    # the probe is built first: the benchmark measures bandwidth with it beside its records
+    with roofline.probe_builds(infos, cc) as builds:
+        probe = builds.bandwidth_probe if options.roofline else None
+        results = [measure(project, variants, args, quiet=quiet, python=python, probe=probe) for _ in range(options.runs)]
+        result = dict(results[0], records=median_records([r["records"] for r in results]))
+        limits = measure_limits(report, infos, result, builds, quiet=quiet) if options.roofline else None
     def annotated(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return roofline.annotate(records, limits) if limits else records
 
@@ -215,5 +221,8 @@ def median_records(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, A
         for field in ("us", "torch_us", "memcpy_us"):
             values = [v for run in by_key if (v := run.get(key(record), {}).get(field)) is not None]
             merged[field] = statistics.median(values) if values else None
+        side = [b for run in by_key if (b := run.get(key(record), {}).get("bandwidth"))]
+        if side:  # measured beside the record in each run: the median figure, as its time is the median
+            merged["bandwidth"] = {f: statistics.median(b[f] for b in side) for f in ("read_Bps", "copy_Bps")}
         out.append(merged)
     return out

@@ -6,13 +6,17 @@ seconds) are timed once instead of for a whole budget per round."""
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 ENV_PRELOADED = "CPUBUILD_BENCH_PRELOADED"
+ENV_PROBE = "CPUBUILD_BENCH_PROBE"  # set by `cpubuild bench`: its bandwidth probe, for side_bandwidth
+SIDE_MS = 20.0  # each of the probe's three read and three copy rounds
 SLOW_S = 1.0  # a call at least this long is timed once, in the first round only
 
 
@@ -73,12 +77,54 @@ def time_round(fn: Callable[[], Any], budget_s: float) -> float:
             return elapsed / n * 1e6
 
 
-def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float) -> dict[str, float]:
-    """Round robin over the candidates; the best round of each (least disturbed)."""
+def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float,
+            each_round: Callable[[], Any] | None = None) -> dict[str, float]:
+    """Round robin over the candidates; the best round of each (least disturbed).
+    `each_round` runs after every round's candidates (side_bandwidth)."""
     best = {name: float("inf") for name in candidates}
     for r in range(rounds):
         for name, fn in candidates.items():
             if r and best[name] >= SLOW_S * 1e6:
                 continue
             best[name] = min(best[name], time_round(fn, budget_s))
+        if each_round is not None:
+            each_round()
     return best
+
+
+def side_bandwidth(working_set: int, threads: int) -> dict[str, float] | None:
+    """The read and copy bandwidth (bytes/s) of `threads` threads over
+    `working_set` bytes, measured now by the probe `cpubuild bench` built for
+    its roofline (named in CPUBUILD_BENCH_PROBE): a benchmark calls it between
+    the rounds of a record whose bytes live in DRAM or a shared L3, whose
+    bandwidth swings with the neighbours (2x within minutes on a 2-vCPU VM),
+    so that the record is bounded by what the memory gave beside it, not by
+    a ladder measured minutes apart. None outside `cpubuild bench`, or when
+    the probe fails."""
+    probe = os.environ.get(ENV_PROBE)
+    if not probe:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # the probe as the ladder runs it
+    try:
+        proc = subprocess.run([probe, "bandwidth", str(threads), str(SIDE_MS), str(working_set)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        row = json.loads(proc.stdout.splitlines()[-1])
+        return {"read_Bps": float(row["read_Bps"]), "copy_Bps": float(row["copy_Bps"])}
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+        return None
+
+
+def best_bandwidth(figures: Sequence[dict[str, float] | None]) -> dict[str, float] | None:
+    """Each figure's best over the rounds' side_bandwidth measurements (as each candidate keeps its best round)."""
+    got = [f for f in figures if f]
+    return {key: max(f[key] for f in got) for key in ("read_Bps", "copy_Bps")} if got else None
+
+
+def measure_beside_bandwidth(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float, threads: int,
+                             *, working_set: int | None) -> tuple[dict[str, float], dict[str, float] | None]:
+    """measure(), with side_bandwidth at `working_set` after every round (none: no bandwidth)."""
+    figures: list[dict[str, float] | None] = []
+    def beside() -> None:
+        figures.append(side_bandwidth(working_set or 0, threads))
+
+    return measure(candidates, rounds, budget_s, each_round=beside if working_set else None), best_bandwidth(figures)

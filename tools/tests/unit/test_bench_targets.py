@@ -81,3 +81,10 @@ def test_a_figure_that_would_round_onto_the_threshold_gets_a_digit_more() -> Non
     near = [record("avx2", 10.0, torch_us=10.96)]
     assert targets.check_all([target], near, VARIANTS, []) == [
         "target: gemm_bf16 256 avx2 vs torch: 1.096x (>= 1.1x: MISSED)"]
+
+
+def test_the_median_takes_the_bandwidth_measured_beside_each_run() -> None:
+    runs = [[{**record("avx2", us), "bandwidth": {"read_Bps": r, "copy_Bps": c}}]
+            for us, r, c in ((10.0, 30.0, 20.0), (11.0, 60.0, 50.0), (12.0, 40.0, 25.0))]
+    assert median_records(runs)[0]["bandwidth"] == {"read_Bps": 40.0, "copy_Bps": 25.0}
+    assert "bandwidth" not in median_records([[record("avx2", 10.0)]])[0]

@@ -310,3 +310,23 @@ def test_a_ladder_rung_at_the_working_set_is_its_measurement() -> None:
     that rung alone: no exact point is probed for it (exact_sets leaves rungs out)."""
     assert roofline.level_shares(LEVELS, 128 << 20) == [(LEVELS[-1], float(128 << 20))]
     assert roofline.bound(1.0, flops=None, nbytes=128 << 20, written=0, peak_ops=None, ladder=LEVELS)["level"] == "DRAM"
+
+
+def test_a_record_measured_beside_its_rounds_is_bound_by_that_figure() -> None:
+    """A DRAM-sized record carries the probe's bandwidth measured between its rounds (timing.side_bandwidth):
+    the memory it got then, not the ladder's, measured minutes apart (a 2-vCPU VM's DRAM swings 2x)."""
+    limits = roofline.Limits(arch="x86_64", threads=2, compiler="gcc", llc_bytes=32 << 20, peaks=(), bandwidth=LEVELS)
+    rec = {"op": "gemm_bf16", "dtype": "bf16", "shape": [1, 32768, 4096], "variant": "avx2", "us": 8000.0,
+           "bytes": 256 << 20, "bytes_written": 0}
+    beside = {**rec, "bandwidth": {"read_Bps": 35 * GB, "copy_Bps": 30 * GB}}
+    plain, side = roofline.annotate([rec, beside], limits)
+    assert plain["level"] == "L3+DRAM" and side["level"] == "256 MiB side by side"
+    assert side["pct_bound"] == pytest.approx(100 * (256 << 20) / 35e9 / 8e-3, rel=1e-2)
+    assert plain["pct_bound"] == roofline.bound(8000.0, flops=None, nbytes=256 << 20, written=0, peak_ops=None,
+                                                ladder=LEVELS)["pct_bound"]
+    # an in-place record's figure is at its footprint, its writes at the copy figure
+    fused = {**beside, "bytes": 128 << 20, "bytes_written": 64 << 20, "working_set": 64 << 20}
+    (out,) = roofline.annotate([fused], limits)
+    assert out["level"] == "64 MiB side by side"
+    assert out["pct_bound"] == pytest.approx(100 * (128 << 20) / 30e9 / 8e-3, rel=1e-2)
+    assert roofline.record_ladder(rec, LEVELS) == LEVELS
