@@ -71,7 +71,7 @@ def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
         assert (r["working_set"] or r["bytes"]) in exact, r
         if r["op"] == "gemm_w8a8":  # bounded by what the probe measured beside it, in the same process's rounds
             assert r["level"] == "16.0 MiB side by side" and r["bandwidth"]["read_Bps"] > 0, r
-            assert r["bandwidth"]["copy_Bps"] > 0, r
+            assert r["bandwidth"]["copy_Bps"] > 0 and r["bandwidth"]["update_Bps"] > 0, r
         else:
             assert r["level"].endswith(" measured") and "bandwidth" not in r, r
     gemv = [r for r in records if r["op"] == "gemm_w8a8"]
@@ -81,7 +81,7 @@ def test_json_records_roofline_and_plot(tmp_path: Path) -> None:
     limits = out["limits"]
     ladder = [b for b in limits["bandwidth"] if not b["exact"]]
     assert limits["threads"] >= 1 and ladder[-1]["bytes"] > limits["llc_bytes"]
-    assert all(b["read_Bps"] > 0 and b["copy_Bps"] > 0 for b in limits["bandwidth"])
+    assert all(b["read_Bps"] > 0 and b["copy_Bps"] > 0 and b["update_Bps"] > 0 for b in limits["bandwidth"])
     assert_ladder_structure(limits)
     assert all(line.startswith("model: ") for line in out["model"]) and out["model"]
     peaks = {p["variant"]: p for p in limits["peaks"] if p["dtype"] == "int8"}
@@ -131,7 +131,7 @@ def test_table_shows_percentages_and_the_limits() -> None:
                     "--no-torch")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "% of the roofline bound" in proc.stdout and "bf16 peak:" in proc.stdout
-    assert "bandwidth GB/s read/copy by working set" in proc.stdout
+    assert "bandwidth GB/s read/copy/update by working set" in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if line.startswith("gemm_bf16"))
     assert row.count("%") == len(cpukern.supported_variants())
     assert row.split()[-1] == "compute" or " memory " in row, row  # 'memory 32 MiB measured' names the set

@@ -95,6 +95,7 @@ class Bandwidth:
     bytes: int  # working set
     read_Bps: float  # bytes read per second
     copy_Bps: float  # bytes read + written per second
+    update_Bps: float = 0.0  # bytes read + written back in place per second (0: not measured)
     level: str = ""  # the cache level (or DRAM) the working set lives in
     capacity: int = 0  # that level's capacity for these threads (0: DRAM, unbounded)
     exact: bool = False  # measured at a record's own working set, not a rung of the ladder
@@ -136,11 +137,15 @@ def bandwidth_at(ladder: Sequence[Bandwidth], working_set: float) -> Bandwidth |
     return next((b for b in ordered if b.bytes >= working_set), ordered[-1])
 
 
-def memory_seconds(total: float, written: float, bw: Bandwidth) -> float:
+def memory_seconds(total: float, written: float, bw: Bandwidth, *, in_place: bool = False) -> float:
     """Time to move `total` bytes of which `written` are stores: each written
-    byte travels with one read byte at the copy bandwidth, the rest are reads."""
+    byte travels with one read byte at the copy bandwidth - or, `in_place`,
+    written back where it was read, at the update bandwidth (no line fetched
+    for ownership alone: 1.7-2x the copy figure on the Zen 4 class host) -
+    the rest are reads."""
     written = max(0.0, min(written, total / 2))
-    return (total - 2 * written) / bw.read_Bps + 2 * written / bw.copy_Bps
+    write_Bps = bw.update_Bps if in_place and bw.update_Bps > 0 else bw.copy_Bps
+    return (total - 2 * written) / bw.read_Bps + 2 * written / write_Bps
 
 
 def level_shares(ladder: Sequence[Bandwidth], working_set: float) -> list[tuple[Bandwidth, float]]:
@@ -198,9 +203,11 @@ def bound(us: float, *, flops: float | None, nbytes: float | None, written: floa
     if nbytes:
         footprint = working_set or nbytes
         shares = level_shares(ladder, footprint)
+        in_place = footprint < nbytes  # its writes go back to lines it read
         # each level serves its share of the footprint, and that share of the traffic
         if shares:
-            t_memory = sum(memory_seconds(nbytes * n / footprint, (written or 0.0) * n / footprint, b) for b, n in shares)
+            t_memory = sum(memory_seconds(nbytes * n / footprint, (written or 0.0) * n / footprint, b, in_place=in_place)
+                           for b, n in shares)
     out: dict[str, Any] = {"bound": None, "pct_bound": None, "pct_peak": None, "pct_bandwidth": None, "level": None}
     if t_memory is not None:
         out["level"] = level_label(shares)
@@ -243,7 +250,7 @@ def record_ladder(record: dict[str, Any], ladder: Sequence[Bandwidth]) -> Sequen
     if not side or not nbytes:
         return ladder
     return (Bandwidth(bytes=int(nbytes), read_Bps=float(side["read_Bps"]), copy_Bps=float(side["copy_Bps"]),
-                      level=SIDE_BY_SIDE, exact=True),)
+                      update_Bps=float(side.get("update_Bps") or 0.0), level=SIDE_BY_SIDE, exact=True),)
 
 
 def annotate(records: Sequence[dict[str, Any]], limits: Limits) -> list[dict[str, Any]]:
@@ -293,11 +300,12 @@ def describe(limits: Limits, dtypes: Iterable[str]) -> list[str]:
         lines.append(f"  {dtype} peak: " + "; ".join(cells))
     def figures(points: Iterable[Bandwidth]) -> str:
         return ", ".join(f"{b.level + ' ' if b.level else ''}{_size(b.bytes)} {b.read_Bps / 1e9:.0f}/{b.copy_Bps / 1e9:.0f}"
-                         for b in points)
+                         + (f"/{b.update_Bps / 1e9:.0f}" if b.update_Bps else "") for b in points)
 
     if limits.bandwidth:
         source = f"; best of the {', '.join(limits.ladder_from)} probes" if limits.ladder_from else ""
-        lines.append(f"  bandwidth GB/s read/copy by working set (LLC {_size(limits.llc_bytes)}{source}): "
+        kinds = "read/copy/update" if any(b.update_Bps for b in limits.bandwidth) else "read/copy"
+        lines.append(f"  bandwidth GB/s {kinds} by working set (LLC {_size(limits.llc_bytes)}{source}): "
                      + figures(b for b in limits.bandwidth if not b.exact))
         if any(b.exact for b in limits.bandwidth):
             lines.append("  at the records' own working sets: " + figures(b for b in limits.bandwidth if b.exact))
@@ -377,7 +385,8 @@ def best_ladder(runs: Sequence[Sequence[Bandwidth]]) -> tuple[Bandwidth, ...]:
     for points in zip(*runs, strict=True):
         first = points[0]
         out.append(Bandwidth(bytes=first.bytes, level=first.level, capacity=first.capacity, exact=first.exact,
-                             read_Bps=max(p.read_Bps for p in points), copy_Bps=max(p.copy_Bps for p in points)))
+                             read_Bps=max(p.read_Bps for p in points), copy_Bps=max(p.copy_Bps for p in points),
+                             update_Bps=max(p.update_Bps for p in points)))
     return tuple(out)
 
 
@@ -571,10 +580,11 @@ def _measure_ladder(binaries: dict[str, Path], caches: Sequence[CacheLevel], thr
             rows = _run_json([str(binaries[name]), "bandwidth", str(threads), str(ms),
                               *(str(size) for _, size, _ in points), *(str(size) for size in extra)], timeout=600)
             runs.append([Bandwidth(bytes=int(r["bytes"]), read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]),
-                                   level=level, capacity=capacity)
+                                   update_Bps=float(r.get("update_Bps", 0.0)), level=level, capacity=capacity)
                          for r, (level, _, capacity) in zip(rows, points, strict=False)]
                         # keyed by the size asked for: the probe rounds it to whole KiB per thread
-                        + [Bandwidth(bytes=size, read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]), exact=True)
+                        + [Bandwidth(bytes=size, read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]),
+                                     update_Bps=float(r.get("update_Bps", 0.0)), exact=True)
                            for r, size in zip(rows[len(points):], extra, strict=True)])
         except (RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
             notes.append(f"bandwidth probe ({name}) failed: {exc}")

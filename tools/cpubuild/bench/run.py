@@ -223,6 +223,6 @@ def median_records(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, A
             merged[field] = statistics.median(values) if values else None
         side = [b for run in by_key if (b := run.get(key(record), {}).get("bandwidth"))]
         if side:  # measured beside the record in each run: the median figure, as its time is the median
-            merged["bandwidth"] = {f: statistics.median(b[f] for b in side) for f in ("read_Bps", "copy_Bps")}
+            merged["bandwidth"] = {f: statistics.median(b.get(f) or 0.0 for b in side) for f in timing.BANDWIDTH_FIGURES}
         out.append(merged)
     return out

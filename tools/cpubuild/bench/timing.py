@@ -16,7 +16,8 @@ from typing import Any
 
 ENV_PRELOADED = "CPUBUILD_BENCH_PRELOADED"
 ENV_PROBE = "CPUBUILD_BENCH_PROBE"  # set by `cpubuild bench`: its bandwidth probe, for side_bandwidth
-SIDE_MS = 20.0  # each of the probe's three read and three copy rounds
+SIDE_MS = 20.0  # each of the probe's three rounds of each figure
+BANDWIDTH_FIGURES = ("read_Bps", "copy_Bps", "update_Bps")  # what the probe measures, bytes/s
 SLOW_S = 1.0  # a call at least this long is timed once, in the first round only
 
 
@@ -93,7 +94,7 @@ def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: flo
 
 
 def side_bandwidth(working_set: int, threads: int) -> dict[str, float] | None:
-    """The read and copy bandwidth (bytes/s) of `threads` threads over
+    """The read, copy and in-place update bandwidth (bytes/s) of `threads` threads over
     `working_set` bytes, measured now by the probe `cpubuild bench` built for
     its roofline (named in CPUBUILD_BENCH_PROBE): a benchmark calls it between
     the rounds of a record whose bytes live in DRAM or a shared L3, whose
@@ -109,7 +110,7 @@ def side_bandwidth(working_set: int, threads: int) -> dict[str, float] | None:
         proc = subprocess.run([probe, "bandwidth", str(threads), str(SIDE_MS), str(working_set)], env=env,
                               capture_output=True, text=True, timeout=120)
         row = json.loads(proc.stdout.splitlines()[-1])
-        return {"read_Bps": float(row["read_Bps"]), "copy_Bps": float(row["copy_Bps"])}
+        return {key: float(row[key]) for key in BANDWIDTH_FIGURES}
     except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
         return None
 
@@ -117,7 +118,7 @@ def side_bandwidth(working_set: int, threads: int) -> dict[str, float] | None:
 def best_bandwidth(figures: Sequence[dict[str, float] | None]) -> dict[str, float] | None:
     """Each figure's best over the rounds' side_bandwidth measurements (as each candidate keeps its best round)."""
     got = [f for f in figures if f]
-    return {key: max(f[key] for f in got) for key in ("read_Bps", "copy_Bps")} if got else None
+    return {key: max(f[key] for f in got) for key in BANDWIDTH_FIGURES} if got else None
 
 
 def measure_beside_bandwidth(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float, threads: int,

@@ -84,7 +84,7 @@ def test_a_figure_that_would_round_onto_the_threshold_gets_a_digit_more() -> Non
 
 
 def test_the_median_takes_the_bandwidth_measured_beside_each_run() -> None:
-    runs = [[{**record("avx2", us), "bandwidth": {"read_Bps": r, "copy_Bps": c}}]
+    runs = [[{**record("avx2", us), "bandwidth": {"read_Bps": r, "copy_Bps": c, "update_Bps": 2 * c}}]
             for us, r, c in ((10.0, 30.0, 20.0), (11.0, 60.0, 50.0), (12.0, 40.0, 25.0))]
-    assert median_records(runs)[0]["bandwidth"] == {"read_Bps": 40.0, "copy_Bps": 25.0}
+    assert median_records(runs)[0]["bandwidth"] == {"read_Bps": 40.0, "copy_Bps": 25.0, "update_Bps": 50.0}
     assert "bandwidth" not in median_records([[record("avx2", 10.0)]])[0]
