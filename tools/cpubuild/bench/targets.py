@@ -113,6 +113,12 @@ def check_all(targets: Sequence[Any], records: Sequence[dict[str, Any]], variant
     return check_runs(targets, records, [], variants, host_features, baseline=baseline)
 
 
+def _run_key(v: Verdict, each_variant: bool) -> str:
+    """Which line of another run matches `v`: its variant's (not its whole label: a run may name another
+    bound - "its memory bound" where the median's is compute - when the bandwidth beside it was slower)."""
+    return v.label.split(" vs ")[0] if each_variant else ""
+
+
 def check_runs(targets: Sequence[Any], median: Sequence[dict[str, Any]], runs: Sequence[Sequence[dict[str, Any]]],
                variants: Sequence[str], host_features: Iterable[str], *, baseline: str | None = None) -> list[str]:
     """The target lines on the `median` records; with two or more `runs`, each
@@ -125,14 +131,13 @@ def check_runs(targets: Sequence[Any], median: Sequence[dict[str, Any]], runs: S
             continue
         verdicts = evaluate(t, median, variants, features, baseline=baseline)
         # each variant's line takes that variant's figures; the best variant's, each run's best
-        per_run = [{(v.label if t.get("each_variant") else ""): v
-                    for v in evaluate(t, run, variants, features, baseline=baseline)} for run in runs]
+        each = bool(t.get("each_variant"))
+        per_run = [{_run_key(v, each): v for v in evaluate(t, run, variants, features, baseline=baseline)} for run in runs]
         for v in verdicts:
             if len(runs) < 2 or v.value is None:
                 out.append(v.text)
                 continue
-            key = v.label if t.get("each_variant") else ""
-            figures = [run.get(key) for run in per_run]
+            figures = [run.get(_run_key(v, each)) for run in per_run]
             # a ratio is taken side by side within a run: the verdict is on the median of the runs' figures
             values = [f.value for f in figures if f is not None and f.value is not None]
             middle = replace(v, value=statistics.median(values)) if values else v

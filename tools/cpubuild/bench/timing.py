@@ -81,8 +81,11 @@ def time_round(fn: Callable[[], Any], budget_s: float) -> float:
 def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float,
             each_round: Callable[[], Any] | None = None) -> dict[str, float]:
     """Round robin over the candidates; the best round of each (least disturbed).
-    `each_round` runs after every round's candidates (side_bandwidth)."""
+    `each_round` runs before the first round and after every round (side_bandwidth:
+    each round's best moment lies between two of its measurements)."""
     best = {name: float("inf") for name in candidates}
+    if each_round is not None:
+        each_round()
     for r in range(rounds):
         for name, fn in candidates.items():
             if r and best[name] >= SLOW_S * 1e6:

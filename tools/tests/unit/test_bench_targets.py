@@ -88,3 +88,14 @@ def test_the_median_takes_the_bandwidth_measured_beside_each_run() -> None:
             for us, r, c in ((10.0, 30.0, 20.0), (11.0, 60.0, 50.0), (12.0, 40.0, 25.0))]
     assert median_records(runs)[0]["bandwidth"] == {"read_Bps": 40.0, "copy_Bps": 25.0, "update_Bps": 50.0}
     assert "bandwidth" not in median_records([[record("avx2", 10.0)]])[0]
+
+
+def test_a_run_bounded_by_memory_still_counts_for_the_median_of_a_compute_bound_line() -> None:
+    """The bandwidth measured beside a record differs per run: one run's GEMV may be memory-bound where the
+    median's is compute-bound. Its figure is that variant's for the run, not a missing one."""
+    runs = [[record("avx2", 10.0, pct_bound=pct, bound=kind)]
+            for pct, kind in ((46.7, "compute"), (37.8, "memory"), (38.5, "compute"))]
+    median = [record("avx2", 10.0, pct_bound=42.6, bound="compute")]
+    target = {"op": "gemm_bf16", "shape": [256], "versus": "bound", "min": 80, "each_variant": True}
+    assert targets.check_runs([target], median, runs, VARIANTS, []) == [
+        "target: gemm_bf16 256 avx2 vs its compute bound: median 38.5% (>= 80%: MISSED; runs 46.7% / 37.8% / 38.5%)"]
