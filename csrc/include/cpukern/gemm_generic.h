@@ -134,9 +134,18 @@ struct GenericBf16 {
             const uint8_t* bg = b + g * NR * 4;
             if constexpr (R <= 2) stream_ahead<NR * 4, kGemvAhead>(bg);
             const float* ag = a + g * AS * 2;
+            // each B vector loaded once: GCC otherwise loads it again as the mask's memory operand, and a
+            // one-row product then waits on the load ports - 3.9 cycles per 64 bytes of B on Zen 4 (avx2,
+            // one thread, in L3); loaded once, 0.84 of the time there, 0.92 at 32 MiB, 0.95 at 256 MiB
+            // (two threads), avx512 0.81 at 32 MiB; 8 rows unchanged (docs/gemm.md)
+            VU raw[V];
             simd::VF e[V];
 #pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) e[v] = (simd::VF)(load_vec<VU>(bg + v * kBytes) << 16);
+            for (int v = 0; v < V; ++v) {
+                raw[v] = load_vec<VU>(bg + v * kBytes);
+                keep_in_register(raw[v]);
+                e[v] = (simd::VF)(raw[v] << 16);
+            }
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
                 const simd::VF ae = bcast(ag + 2 * r);
@@ -145,7 +154,7 @@ struct GenericBf16 {
             }
             simd::VF o[V];
 #pragma GCC unroll 4
-            for (int v = 0; v < V; ++v) o[v] = (simd::VF)(load_vec<VU>(bg + v * kBytes) & 0xffff0000u);
+            for (int v = 0; v < V; ++v) o[v] = (simd::VF)(raw[v] & 0xffff0000u);
             const int s1 = (s0 + 1) % S;
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
