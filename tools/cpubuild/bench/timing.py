@@ -126,7 +126,8 @@ def best_bandwidth(figures: Sequence[dict[str, float] | None]) -> dict[str, floa
 
 def measure_beside_bandwidth(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: float, threads: int,
                              *, working_set: int | None) -> tuple[dict[str, float], dict[str, float] | None]:
-    """measure(), with side_bandwidth at `working_set` after every round (none: no bandwidth)."""
+    """measure(), with side_bandwidth at `working_set` before the first round and after every
+    round, each figure's best kept (working_set None: no bandwidth)."""
     figures: list[dict[str, float] | None] = []
     def beside() -> None:
         figures.append(side_bandwidth(working_set or 0, threads))
