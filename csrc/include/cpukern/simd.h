@@ -441,6 +441,21 @@ inline void store_pair_unordered_fast(bf16_t* p, VF a, VF b) {
 }
 #endif
 
+// store_pair_unordered_fast for results that are approximations anyway
+// (silu's polynomial: within an ulp): with the integer narrowing, bf16 rounds
+// half up (one add) in place of to even (three). Equal but for exact ties;
+// a NaN stays a NaN under store_fast's condition (low 16 bits zero).
+template <class T>
+inline void store_pair_unordered_approx(T* p, VF a, VF b) {
+    store_pair_unordered_fast(p, a, b);
+}
+#if defined(CPUKERN_BF16_PAIRS_SPLIT)
+template <>
+inline void store_pair_unordered_approx(bf16_t* p, VF a, VF b) {
+    pair_store(p, pair_join(((VU)b + 0x8000u) >> 16, (VU)a + 0x8000u));
+}
+#endif
+
 // 2 * kLanes floats at p in the lane order load_pair<T> gives: a float table
 // (weights, cos/sin) read alongside a row of T walked with load_pair.
 template <class T>
@@ -592,8 +607,15 @@ constexpr bool kExpAnyRange = false;
 #endif
 constexpr float kExpInf = 89.5f;
 
-template <int kDegree = 7>
-inline VF exp_in_range(VF x) {
+// Every stage of a kernel written for N vectors runs over all N before the
+// next one: N independent dependency chains side by side in program order,
+// which an out-of-order core with a small FP scheduler overlaps (silu_and_mul
+// on Zen 4: a 50-cycle chain per vector; see activation.cpp).
+#define CPUKERN_EACH(j, N) _Pragma("GCC unroll 16") for (int j = 0; j < (N); ++j)
+
+// exp of N vectors in place, stage by stage (exp_in_range: one vector).
+template <int kDegree = 7, int N>
+inline void exp_in_range_n(VF (&x)[N]) {
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
     if constexpr (kDegree == 3) {
@@ -601,51 +623,56 @@ inline VF exp_in_range(VF x) {
         // relative for |x| <= 110), f = t - floor(t) in [0, 1) in one
         // vreduceps, 2^f by a cubic (7.5e-5 relative) and vscalefps applies
         // 2^floor(t). vreduceps takes +-inf to 0: x = -inf gives 0, +inf inf.
-        VF t = x * 1.44269504088896341f;
-        VF f = (VF)_mm512_reduce_ps((__m512)t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        VF p = splat(0.07802403f);
-        p = p * f + 0.22606707f;
-        p = p * f + 0.69583399f;
-        p = p * f + 0.99992513f;
-        return (VF)_mm512_scalef_ps((__m512)p, (__m512)t);
+        VF t[N], f[N], p[N];
+        CPUKERN_EACH(j, N) t[j] = x[j] * 1.44269504088896341f;
+        CPUKERN_EACH(j, N) f[j] = (VF)_mm512_reduce_ps((__m512)t[j], _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        CPUKERN_EACH(j, N) p[j] = splat(0.07802403f) * f[j] + 0.22606707f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * f[j] + 0.69583399f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * f[j] + 0.99992513f;
+        CPUKERN_EACH(j, N) x[j] = (VF)_mm512_scalef_ps((__m512)p[j], (__m512)t[j]);
+        return;
     }
 #else
     static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
 #endif
     constexpr float s = kExpAnyRange ? 1.0f : 2.0f;  // the factor folded into the coefficients
     const VF shifter = splat(12582912.0f);  // 1.5 * 2^23: round to nearest
-    VF shifted = x * 1.44269504088896341f + shifter;  // n in its low mantissa bits
-    VF n = shifted - shifter;
-    VF r;
+    VF shifted[N], n[N], r[N], p[N];
+    CPUKERN_EACH(j, N) shifted[j] = x[j] * 1.44269504088896341f + shifter;  // n in its low mantissa bits
+    CPUKERN_EACH(j, N) n[j] = shifted[j] - shifter;
     if constexpr (kDegree == 7) {  // ln 2 in two parts: r exact to float rounding
-        r = x - n * 0.693359375f;
-        r = r + n * 2.12194440e-4f;
+        CPUKERN_EACH(j, N) r[j] = x[j] - n[j] * 0.693359375f;
+        CPUKERN_EACH(j, N) r[j] = r[j] + n[j] * 2.12194440e-4f;
     } else {  // one part: |n| <= 160 moves r by < 3e-7, a small part of degree 3's error
-        r = x - n * 0.693147182f;
+        CPUKERN_EACH(j, N) r[j] = x[j] - n[j] * 0.693147182f;
     }
-    VF p;  // s * exp(r)
+    // p = s * exp(r)
     if constexpr (kDegree == 3) {  // a minimax cubic, all four coefficients fitted
-        p = splat(s * 0.16566774f);
-        p = p * r + s * 0.50496238f;
-        p = p * r + s * 1.00016415f;
-        p = p * r + s * 0.99992812f;
+        CPUKERN_EACH(j, N) p[j] = splat(s * 0.16566774f) * r[j] + s * 0.50496238f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 1.00016415f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 0.99992812f;
     } else {  // s * (the coefficients of r^7 .. r^2), then 1 + r exactly
-        p = splat(s * 1.9875691500e-4f);
-        p = p * r + s * 1.3981999507e-3f;
-        p = p * r + s * 8.3334519073e-3f;
-        p = p * r + s * 4.1665795894e-2f;
-        p = p * r + s * 1.6666665459e-1f;
-        p = p * r + s * 5.0000001201e-1f;
-        p = p * (r * r) + (r * s + s);
+        CPUKERN_EACH(j, N) p[j] = splat(s * 1.9875691500e-4f) * r[j] + s * 1.3981999507e-3f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 8.3334519073e-3f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 4.1665795894e-2f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 1.6666665459e-1f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 5.0000001201e-1f;
+        CPUKERN_EACH(j, N) p[j] = p[j] * (r[j] * r[j]) + (r[j] * s + s);
     }
 #if defined(__AVX512F__)
-    return (VF)_mm512_scalef_ps((__m512)p, (__m512)n);
+    CPUKERN_EACH(j, N) x[j] = (VF)_mm512_scalef_ps((__m512)p[j], (__m512)n[j]);
 #else
     // 2^(n-1) from the bits of n + 1.5 * 2^23 (0x4b400000 + n): the shift
     // drops the offset's bits, so no float -> int conversion is needed
-    VI e = ((VI)shifted + 126) << 23;
-    return p * (VF)e;
+    CPUKERN_EACH(j, N) x[j] = p[j] * (VF)(((VI)shifted[j] + 126) << 23);
 #endif
+}
+
+template <int kDegree = 7>
+inline VF exp_in_range(VF x) {
+    VF v[1] = {x};
+    exp_in_range_n<kDegree>(v);
+    return v[0];
 }
 
 #if defined(__AVX512F__)
