@@ -197,20 +197,31 @@ struct Prefetch {
         for (int64_t off = s * per; off < end; off += 64) __builtin_prefetch(at + off, 0, 2);
     }
 };
-// Kernels with `kDenseGemv` take `micro<1, 1>`: a one-row product (M = 1) packs
-// A densely instead of one live row in MR, so the GEMV reads K values of A, not
-// a panel MR times that size beside every B panel (K = 4096: 64 KiB, over Zen
-// 4's L1d). Zen 4, two threads, warm: bf16 (32 MiB of weights) 0.77 of the
-// time (vdpbf16ps), 0.80 (avx2 widen+fma); int8 (16 MiB) 0.83 (both).
-template <class Kn, class = void>
-struct DenseGemv : std::false_type {};
-template <class Kn>
-struct DenseGemv<Kn, std::void_t<decltype(Kn::kDenseGemv)>> : std::bool_constant<Kn::kDenseGemv> {};
+// What a micro-kernel may declare beside its shapes, with the defaults every
+// kernel inherits (a kernel re-declares what it changes).
+struct KernelDefaults {
+    // Takes the next B slice as micro's last argument (a Prefetch) and fetches
+    // it in shares over its k steps (see Prefetch).
+    static constexpr bool kPrefetchInMicro = false;
+    // Has micro<1, 1>: a one-row product (M = 1) packs A densely instead of one
+    // live row in MR, so the GEMV reads K values of A, not a panel MR times
+    // that size beside every B panel (K = 4096: 64 KiB, over Zen 4's L1d). Zen
+    // 4, two threads, warm: bf16 (32 MiB of weights) 0.77 of the time
+    // (vdpbf16ps), 0.80 (avx2 widen+fma); int8 (16 MiB) 0.83 (both).
+    static constexpr bool kDenseGemv = false;
+    // The element type B panel slices are converted to once per block
+    // (prep_b), for the micro-kernel to read; void: it reads the packed B.
+    using BPrep = void;
+};
 
-template <class Kn, class = void>
-struct PrefetchInMicro : std::false_type {};
-template <class Kn>
-struct PrefetchInMicro<Kn, std::void_t<decltype(Kn::kPrefetchInMicro)>> : std::bool_constant<Kn::kPrefetchInMicro> {};
+// One or two rows (a GEMV) stream their B panel with stream_ahead, a fixed
+// distance ahead of the loads, and take no share of the next panel.
+template <int R>
+constexpr bool kStreamsB = R <= 2;
+template <int R>
+inline Prefetch next_slice(const Prefetch& next) {
+    return kStreamsB<R> ? Prefetch{} : next;
+}
 
 // With one row panel those kernels fetch the panel they stream, this far
 // ahead: AMX tiles are not renamed, so a B tile load waits for the products
@@ -247,16 +258,14 @@ inline void k_loop(int64_t steps, const Prefetch& next, Body&& body) {
 
 // Kernels with a `BPrep` type convert each B panel slice once per block
 // (prep_b) and run their micro-kernel on the converted panel.
-template <class Kn, class = void>
-struct PrepB : std::false_type {};
 template <class Kn>
-struct PrepB<Kn, std::void_t<typename Kn::BPrep>> : std::true_type {};
+constexpr bool kPrepB = !std::is_void_v<typename Kn::BPrep>;
 
 // Bytes per element of the B panel the micro-kernel reads: the converted
 // panel's, else the packed weights' (bf16 or int8, as A's input).
 template <class Kn>
 constexpr int64_t micro_b_elem_bytes() {
-    if constexpr (PrepB<Kn>::value)
+    if constexpr (kPrepB<Kn>)
         return sizeof(typename Kn::BPrep);
     else
         return sizeof(typename Kn::AIn);
@@ -341,7 +350,7 @@ inline const HostCaches& host_caches() {
 template <class Kn>
 Blocking choose_blocking(int64_t M, int64_t N, int64_t Kp, int threads) {
     Blocking bl{};
-    const bool stream = M <= Kn::MR && !PrepB<Kn>::value;
+    const bool stream = M <= Kn::MR && !kPrepB<Kn>;
     bl.kc = stream ? Kp : (Kp < Kn::kKcTarget ? Kp : Kn::kKcTarget);
     if (bl.kc <= 0) bl.kc = Kn::kAkg;
     int64_t mc_target = Kn::kMcTarget;
@@ -381,13 +390,13 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     using Acc = typename Kn::Acc;
     constexpr int MR = Kn::MR, NR = Kn::NR;
     static_assert(Kn::kAkg % Kn::KG == 0, "A groups must hold whole B groups");
-    static_assert(!DenseGemv<Kn>::value || PrefetchInMicro<Kn>::value, "micro<1, 1> takes the Prefetch argument");
+    static_assert(!Kn::kDenseGemv || Kn::kPrefetchInMicro, "micro<1, 1> takes the Prefetch argument");
     if (M <= 0 || N <= 0) return true;
     const int64_t Kp = L.k_padded(K);
     const int64_t agroups = Kp / Kn::kAkg;
     const int64_t apanel = agroups * MR * Kn::APER;  // APack elements per row panel
     const int64_t mpanels = ceil_div(M, MR);
-    const bool dense = DenseGemv<Kn>::value && M == 1;
+    const bool dense = Kn::kDenseGemv && M == 1;
     const int64_t astride = dense ? 1 : MR;  // A values per k group (times APER)
     APack* ap = static_cast<APack*>(a_scratch().get(size_t(mpanels * apanel + 1) * sizeof(APack)));
     if (!ap) return false;
@@ -442,7 +451,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
             return;
         }
         uint8_t* prep = nullptr;
-        if constexpr (PrepB<Kn>::value) {
+        if constexpr (kPrepB<Kn>) {
             prep = static_cast<uint8_t*>(b_scratch().get(size_t(bl.kc * NR) * sizeof(typename Kn::BPrep)));
             if (!prep) {
                 ok.store(false);
@@ -472,7 +481,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                     // and the hardware prefetcher streams it; a burst here would stall the only call
                     // (kernels that prefetch in their micro-kernel fetch kPanelFetchAhead ahead of it)
                     const int64_t share = ahead && rpanels > 1 ? round_up(ceil_div(slice, rpanels), 64) : 0;
-                    if constexpr (PrepB<Kn>::value) {
+                    if constexpr (kPrepB<Kn>) {
                         Kn::prep_b(bp, kk, reinterpret_cast<typename Kn::BPrep*>(prep));
                         bp = prep;
                     }
@@ -480,12 +489,12 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                         const int64_t live = rows - ir * MR < MR ? rows - ir * MR : MR;
                         const APack* arow = ablock + ir * apanel;
                         Acc* ctile = c + ir * MR * bl.nc + jr * NR;
-                        if constexpr (PrefetchInMicro<Kn>::value) {
+                        if constexpr (Kn::kPrefetchInMicro) {
                             const int64_t lo = ir * share < slice ? ir * share : slice;
                             const int64_t hi = (ir + 1) * share < slice ? (ir + 1) * share : slice;
                             const Prefetch next = rpanels == 1 ? Prefetch{bp + kPanelFetchAhead, slice}
                                                                 : Prefetch{ahead ? ahead + lo : nullptr, hi - lo};
-                            if constexpr (DenseGemv<Kn>::value)
+                            if constexpr (Kn::kDenseGemv)
                                 if (dense) {
                                     Kn::template micro<1, 1>(arow, bp, kk, ctile, bl.nc, k0 > 0, next);
                                     continue;

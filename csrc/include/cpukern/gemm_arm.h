@@ -19,7 +19,7 @@ namespace gemm {
 #if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
 // sdot: each int32 lane accumulates an int8 quad product of B (one column per
 // lane) and A (the row's quad, broadcast). Signed x signed: exact.
-struct Sdot {
+struct Sdot : KernelDefaults {
     using AIn = int8_t;
     using APack = int8_t;  // the row's quad, k order
     using Acc = int32_t;
@@ -68,7 +68,7 @@ struct Sdot {
 // column pairs with KB consecutive k values each. Odd row counts compute a
 // padding row that lands in the scratch tile.
 template <class Self, class APack, class Acc, class AccV>
-struct MmlaBase {
+struct MmlaBase : KernelDefaults {
     static constexpr int MR = 8, NR = 8;
     static constexpr int64_t kMcTarget = 96, kNcTarget = 256;
     static constexpr bool kOffsetA = false;

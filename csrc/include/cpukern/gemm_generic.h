@@ -90,7 +90,7 @@ inline simd::VF bcast(const float* p) {
 }
 
 // Few rows (GEMV): widen B in the micro-kernel, each B panel is used once.
-struct GenericBf16 {
+struct GenericBf16 : KernelDefaults {
     using AIn = bf16_t;
     using APack = float;
     using Acc = float;
@@ -132,7 +132,7 @@ struct GenericBf16 {
         // set (2 * g + half) % S takes group g's even (half 0) or odd (half 1) k
         auto step = [&](int64_t g, int s0) {
             const uint8_t* bg = b + g * NR * 4;
-            if constexpr (R <= 2) stream_ahead<NR * 4, kGemvAhead>(bg);
+            if constexpr (kStreamsB<R>) stream_ahead<NR * 4, kGemvAhead>(bg);
             const float* ag = a + g * AS * 2;
             // each B vector loaded once: GCC otherwise loads it again as the mask's memory operand, and a
             // one-row product then waits on the load ports - 3.9 cycles per 64 bytes of B on Zen 4 (avx2,
@@ -163,7 +163,7 @@ struct GenericBf16 {
                 for (int v = 0; v < V; ++v) acc[s1][r][v] = acc[s1][r][v] + ao * o[v];
             }
         };
-        if constexpr (R > 2) {
+        if constexpr (!kStreamsB<R>) {
             k_loop(groups, next, [&](int64_t g) { step(g, 0); });
         } else {  // streamed with stream_ahead
             int64_t g = 0;
@@ -250,7 +250,7 @@ inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups
 // Many rows: each B panel slice (kc x NR) is widened once into an L1-resident
 // float panel and reused by every row panel of the block; the micro-kernel is
 // then a plain float FMA kernel (broadcast A, two B vectors per k).
-struct GenericBf16Wide {
+struct GenericBf16Wide : KernelDefaults {
     using AIn = bf16_t;
     using APack = float;
     using Acc = float;
@@ -288,7 +288,7 @@ struct GenericBf16Wide {
     }
 };
 
-struct GenericInt8 {
+struct GenericInt8 : KernelDefaults {
     using AIn = int8_t;
     using APack = uint32_t;  // per row and quad: (a0 | a2 << 16), (a1 | a3 << 16) as int16 halves
     using Acc = int32_t;
@@ -319,9 +319,9 @@ struct GenericInt8 {
 #pragma GCC unroll 4
             for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
         // one or two rows stream B with stream_ahead instead
-        k_loop(kk / KG, R <= 2 ? Prefetch{} : next, [&](int64_t g) {
+        k_loop(kk / KG, next_slice<R>(next), [&](int64_t g) {
             const uint8_t* bg = b + g * NR * 4;
-            if constexpr (R <= 2) stream_ahead<NR * 4, kGemvAhead>(bg);
+            if constexpr (kStreamsB<R>) stream_ahead<NR * 4, kGemvAhead>(bg);
             const uint32_t* ag = a + g * AS * 2;
             VS e[V], o[V];
 #pragma GCC unroll 4
@@ -348,7 +348,7 @@ struct GenericInt8 {
 // even and odd bytes (int16, L1-resident) and reused by every row panel, so
 // the inner loop is one madd and one add per vector: the three shifts per B
 // vector of GenericInt8 left the madd ports idle a third of the time.
-struct GenericInt8Wide {
+struct GenericInt8Wide : KernelDefaults {
     using AIn = int8_t;
     using APack = uint32_t;  // as GenericInt8
     using Acc = int32_t;

@@ -15,7 +15,7 @@ namespace gemm {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 // vdpbf16ps: each fp32 lane accumulates a bf16 pair product of A (broadcast)
 // and B (one column per lane).
-struct Dpbf16 {
+struct Dpbf16 : KernelDefaults {
     using AIn = bf16_t;
     using APack = uint32_t;  // a[k] | a[k+1] << 16
     using Acc = float;
@@ -38,8 +38,8 @@ struct Dpbf16 {
             acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
         }
         // one or two rows stream B with stream_ahead instead
-        k_loop(kk / KG, R <= 2 ? Prefetch{} : next, [&acc, a, b](int64_t g) {
-            if constexpr (R <= 2) stream_ahead<128>(b + g * 128);
+        k_loop(kk / KG, next_slice<R>(next), [&acc, a, b](int64_t g) {
+            if constexpr (kStreamsB<R>) stream_ahead<128>(b + g * 128);
             const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
@@ -95,7 +95,7 @@ struct VnniVec {
 };
 #endif
 
-struct Vnni {
+struct Vnni : KernelDefaults {
     using AIn = int8_t;
     using APack = uint32_t;  // four (a + 128) bytes, k order
     using Acc = int32_t;
@@ -155,8 +155,8 @@ struct Vnni {
             row_pairs<AS>(a, b, kk / KG, acc[0]);
         } else {
             // two rows stream B with stream_ahead instead
-            k_loop<VnniVec::kBurstMax>(kk / KG, R <= 2 ? Prefetch{} : next, [&acc, a, b](int64_t g) {
-                if constexpr (R <= 2) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
+            k_loop<VnniVec::kBurstMax>(kk / KG, next_slice<R>(next), [&acc, a, b](int64_t g) {
+                if constexpr (kStreamsB<R>) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
                 const V b0 = VnniVec::load(b + g * kGroupBytes);
                 const V b1 = VnniVec::load(b + g * kGroupBytes + kGroupBytes / 2);
 #pragma GCC unroll 16
@@ -205,7 +205,7 @@ inline void amx_begin() {
 }
 
 template <class Self>
-struct AmxBase {
+struct AmxBase : KernelDefaults {
     static constexpr int MR = 32, NR = 32;
     // 256 rows: B comes from memory once for M <= 256 (M=256: 0.94 of the time with 128)
     static constexpr int64_t kMcTarget = 256, kNcTarget = 256;
