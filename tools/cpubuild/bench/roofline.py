@@ -47,6 +47,7 @@ from typing import Any
 
 from ..hardware import Peak, hardware
 from ..toolchain.tools import find_tool
+from . import timing
 
 PROBE_SOURCE = Path(__file__).with_name("peak.c")
 # -O1: GCC 12's -O2 scheduler spills and copies the twelve SSE accumulator
@@ -577,15 +578,15 @@ def _measure_ladder(binaries: dict[str, Path], caches: Sequence[CacheLevel], thr
     runs = []
     for name in by_width.values():
         try:
-            rows = _run_json([str(binaries[name]), "bandwidth", str(threads), str(ms),
-                              *(str(size) for _, size, _ in points), *(str(size) for size in extra)], timeout=600)
-            runs.append([Bandwidth(bytes=int(r["bytes"]), read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]),
-                                   update_Bps=float(r.get("update_Bps", 0.0)), level=level, capacity=capacity)
+            rows = timing.bandwidth_rows(str(binaries[name]), threads, ms,
+                                         [size for _, size, _ in points] + list(extra), timeout=600)
+            runs.append([Bandwidth(bytes=int(r["bytes"]), read_Bps=r["read_Bps"], copy_Bps=r["copy_Bps"],
+                                   update_Bps=r["update_Bps"], level=level, capacity=capacity)
                          for r, (level, _, capacity) in zip(rows, points, strict=False)]
                         # keyed by the size asked for: the probe rounds it to whole KiB per thread
-                        + [Bandwidth(bytes=size, read_Bps=float(r["read_Bps"]), copy_Bps=float(r["copy_Bps"]),
-                                     update_Bps=float(r.get("update_Bps", 0.0)), exact=True)
+                        + [Bandwidth(bytes=size, read_Bps=r["read_Bps"], copy_Bps=r["copy_Bps"],
+                                     update_Bps=r["update_Bps"], exact=True)
                            for r, size in zip(rows[len(points):], extra, strict=True)])
-        except (RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
+        except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
             notes.append(f"bandwidth probe ({name}) failed: {exc}")
     return best_ladder(runs), tuple(by_width.values()) if runs else ()

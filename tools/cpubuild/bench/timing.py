@@ -96,6 +96,23 @@ def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: flo
     return best
 
 
+def bandwidth_rows(probe: str, threads: int, ms: float, sizes: Sequence[int], timeout: float) -> list[dict[str, float]]:
+    """The bandwidth probe (peak.c, `bandwidth` mode) over each of `sizes` bytes: one row
+    each, {"bytes": the size it measured (rounded to whole KiB per thread), and
+    BANDWIDTH_FIGURES in bytes/s (0.0 for a figure the probe did not print)}. Run
+    without LD_PRELOAD, as `cpubuild bench` runs it for its ladder. Raises
+    RuntimeError (the probe failed), ValueError / KeyError (not its output),
+    OSError or subprocess.TimeoutExpired."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    proc = subprocess.run([probe, "bandwidth", str(threads), str(ms), *(str(size) for size in sizes)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1])
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return [{"bytes": float(row["bytes"]), **{key: float(row.get(key, 0.0)) for key in BANDWIDTH_FIGURES}}
+            for row in rows]
+
+
 def side_bandwidth(working_set: int, threads: int) -> dict[str, float] | None:
     """The read, copy and in-place update bandwidth (bytes/s) of `threads` threads over
     `working_set` bytes, measured now by the probe `cpubuild bench` built for
@@ -108,14 +125,11 @@ def side_bandwidth(working_set: int, threads: int) -> dict[str, float] | None:
     probe = os.environ.get(ENV_PROBE)
     if not probe:
         return None
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # the probe as the ladder runs it
     try:
-        proc = subprocess.run([probe, "bandwidth", str(threads), str(SIDE_MS), str(working_set)], env=env,
-                              capture_output=True, text=True, timeout=120)
-        row = json.loads(proc.stdout.splitlines()[-1])
-        return {key: float(row[key]) for key in BANDWIDTH_FIGURES}
-    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+        row = bandwidth_rows(probe, threads, SIDE_MS, [working_set], timeout=120)[-1]
+    except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
         return None
+    return {key: row[key] for key in BANDWIDTH_FIGURES}
 
 
 def best_bandwidth(figures: Sequence[dict[str, float] | None]) -> dict[str, float] | None:
