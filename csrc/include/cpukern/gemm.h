@@ -256,8 +256,9 @@ inline void k_loop(int64_t steps, const Prefetch& next, Body&& body) {
     }
 }
 
-// Kernels with a `BPrep` type convert each B panel slice once per block
-// (prep_b) and run their micro-kernel on the converted panel.
+// Kernels whose `BPrep` is a type (not KernelDefaults' void) convert each B
+// panel slice once per block (prep_b) and run their micro-kernel on the
+// converted panel.
 template <class Kn>
 constexpr bool kPrepB = !std::is_void_v<typename Kn::BPrep>;
 
