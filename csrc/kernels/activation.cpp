@@ -42,8 +42,8 @@ inline void silu_mul_n(VF (&a)[N], const VF (&b)[N]) {
         // silu (20 / 1958 of the 65536 off by one). The exp(-|a|) form below
         // (sigmoid of a < 0 as e / (1 + e), exact down to silu(-103); 26 /
         // 1640) took 1.19-1.20x this one's time on Zen 4.
-        CPUKERN_EACH(j, N) e[j] = -a[j];
-        exp_in_range_n<3>(e);
+        CPUKERN_EACH(j, N) e[j] = a[j];
+        exp_in_range_n<3, true>(e);
         CPUKERN_EACH(j, N) a[j] = a[j] * reciprocal_estimate(1.0f + e[j]) * b[j];
         return;
     }
@@ -60,14 +60,20 @@ inline void silu_mul_n(VF (&a)[N], const VF (&b)[N]) {
         a[j] = a[j] * (numerator / (1.0f + e[j])) * b[j];
     }
 #else
-    // exp(-a) for -a in [-20, 89.5]: below -20, 1 + e rounds to 1; from
-    // 88.72 up e is inf (as exp(-a) overflows float32 in the scalar
-    // reference and in torch), so a / inf is -0 (NaN for a = -inf). A NaN's
-    // max is -20, the quotient stays NaN. One divide: a single uop to issue.
-    // Degree 3 for 16-bit outputs (degree 5 before it: 1.15x the time with
-    // avx2 on Zen 4; every bf16 / fp16 input still within 1 ulp).
-    CPUKERN_EACH(j, N) e[j] = vmin(vmax(-a[j], splat(-20.0f)), splat(kExpInf));
-    exp_in_range_n<k32 ? 7 : 3>(e);
+    // exp(-a) for a in [-89.5, 20]: above 20, 1 + e rounds to 1; from
+    // -88.72 down e is inf (as exp(-a) overflows float32 in the scalar
+    // reference and in torch), so a / inf is -0 (NaN for a = -inf). A NaN
+    // quotient stays NaN whatever the clamp made of it. One divide: a single
+    // uop to issue. Degree 3 for 16-bit outputs (degree 5 before it: 1.15x the
+    // time with avx2 on Zen 4; every bf16 / fp16 input still within 1 ulp),
+    // the negation folded into its constants.
+    if constexpr (k32) {
+        CPUKERN_EACH(j, N) e[j] = vmin(vmax(-a[j], splat(-20.0f)), splat(kExpInf));
+        exp_in_range_n<7>(e);
+    } else {
+        CPUKERN_EACH(j, N) e[j] = vmin(vmax(a[j], splat(-kExpInf)), splat(20.0f));
+        exp_in_range_n<3, true>(e);
+    }
     CPUKERN_EACH(j, N) a[j] = a[j] / (1.0f + e[j]) * b[j];
 #endif
 }

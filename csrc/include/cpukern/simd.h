@@ -613,9 +613,13 @@ constexpr float kExpInf = 89.5f;
 // on Zen 4: a 50-cycle chain per vector; see activation.cpp).
 #define CPUKERN_EACH(j, N) _Pragma("GCC unroll 16") for (int j = 0; j < (N); ++j)
 
-// exp of N vectors in place, stage by stage (exp_in_range: one vector).
-template <int kDegree = 7, int N>
+// exp of N vectors in place, stage by stage (exp_in_range: one vector);
+// kNegated: exp(-x), the sign folded into the constants (one operation less
+// per vector than negating x, the same bits; degree 3 only).
+template <int kDegree = 7, bool kNegated = false, int N>
 inline void exp_in_range_n(VF (&x)[N]) {
+    static_assert(!kNegated || kDegree == 3, "exp_in_range_n: kNegated with degree 3");
+    constexpr float log2e = kNegated ? -1.44269504088896341f : 1.44269504088896341f;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
     if constexpr (kDegree == 3) {
@@ -624,7 +628,7 @@ inline void exp_in_range_n(VF (&x)[N]) {
         // vreduceps, 2^f by a cubic (7.5e-5 relative) and vscalefps applies
         // 2^floor(t). vreduceps takes +-inf to 0: x = -inf gives 0, +inf inf.
         VF t[N], f[N], p[N];
-        CPUKERN_EACH(j, N) t[j] = x[j] * 1.44269504088896341f;
+        CPUKERN_EACH(j, N) t[j] = x[j] * log2e;
         CPUKERN_EACH(j, N) f[j] = (VF)_mm512_reduce_ps((__m512)t[j], _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         CPUKERN_EACH(j, N) p[j] = splat(0.07802403f) * f[j] + 0.22606707f;
         CPUKERN_EACH(j, N) p[j] = p[j] * f[j] + 0.69583399f;
@@ -636,18 +640,26 @@ inline void exp_in_range_n(VF (&x)[N]) {
     static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
 #endif
     constexpr float s = kExpAnyRange ? 1.0f : 2.0f;  // the factor folded into the coefficients
-    const VF shifter = splat(12582912.0f);  // 1.5 * 2^23: round to nearest
+    // 1.5 * 2^23 + 126: rounds to nearest, and leaves n + 126 (the exponent
+    // field of 2^(n-1), below) in the low mantissa bits
+    const VF shifter = splat(12583038.0f);
     VF shifted[N], n[N], r[N], p[N];
-    CPUKERN_EACH(j, N) shifted[j] = x[j] * 1.44269504088896341f + shifter;  // n in its low mantissa bits
+    CPUKERN_EACH(j, N) shifted[j] = x[j] * log2e + shifter;
     CPUKERN_EACH(j, N) n[j] = shifted[j] - shifter;
     if constexpr (kDegree == 7) {  // ln 2 in two parts: r exact to float rounding
         CPUKERN_EACH(j, N) r[j] = x[j] - n[j] * 0.693359375f;
         CPUKERN_EACH(j, N) r[j] = r[j] + n[j] * 2.12194440e-4f;
+    } else if constexpr (kNegated) {  // r holds -r: the cubic below takes its odd terms' sign
+        CPUKERN_EACH(j, N) r[j] = x[j] + n[j] * 0.693147182f;
     } else {  // one part: |n| <= 160 moves r by < 3e-7, a small part of degree 3's error
         CPUKERN_EACH(j, N) r[j] = x[j] - n[j] * 0.693147182f;
     }
     // p = s * exp(r)
-    if constexpr (kDegree == 3) {  // a minimax cubic, all four coefficients fitted
+    if constexpr (kDegree == 3 && kNegated) {
+        CPUKERN_EACH(j, N) p[j] = splat(-s * 0.16566774f) * r[j] + s * 0.50496238f;
+        CPUKERN_EACH(j, N) p[j] = s * 1.00016415f - p[j] * r[j];
+        CPUKERN_EACH(j, N) p[j] = s * 0.99992812f - p[j] * r[j];
+    } else if constexpr (kDegree == 3) {  // a minimax cubic, all four coefficients fitted
         CPUKERN_EACH(j, N) p[j] = splat(s * 0.16566774f) * r[j] + s * 0.50496238f;
         CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 1.00016415f;
         CPUKERN_EACH(j, N) p[j] = p[j] * r[j] + s * 0.99992812f;
@@ -662,9 +674,9 @@ inline void exp_in_range_n(VF (&x)[N]) {
 #if defined(__AVX512F__)
     CPUKERN_EACH(j, N) x[j] = (VF)_mm512_scalef_ps((__m512)p[j], (__m512)n[j]);
 #else
-    // 2^(n-1) from the bits of n + 1.5 * 2^23 (0x4b400000 + n): the shift
+    // 2^(n-1) from the bits of shifted (0x4b400000 + 126 + n): the shift
     // drops the offset's bits, so no float -> int conversion is needed
-    CPUKERN_EACH(j, N) x[j] = p[j] * (VF)(((VI)shifted[j] + 126) << 23);
+    CPUKERN_EACH(j, N) x[j] = p[j] * (VF)((VI)shifted[j] << 23);
 #endif
 }
 
