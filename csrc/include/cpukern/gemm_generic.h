@@ -356,7 +356,10 @@ struct GenericInt8Wide : KernelDefaults {
     static constexpr int NR = V * simd::kLanes;
     static constexpr int MR = kVecRegs == 32 ? 8 : 6;  // 6 x 2 accumulators + 2 B + 1 A = 15 registers
     static constexpr int KG = 4, kAkg = 4, APER = 2;
-    static constexpr int64_t kMcTarget = 96, kNcTarget = 128, kKcTarget = 256;
+    // nc 64, not 128 (Zen 4 class, two threads, M = 256: avx2 0.98-0.99 of the time,
+    // 0.84 once while the host was busy; avx512 0.98, baseline 0.99; M = 32 0.98;
+    // the float panel kernel above took 1.15x with 64)
+    static constexpr int64_t kMcTarget = 96, kNcTarget = 64, kKcTarget = 256;
     static constexpr bool kOffsetA = false;
     static constexpr const char* kName = "int16 panel madd";
     using BPrep = int16_t;  // [group][even, odd][NR * 2]
