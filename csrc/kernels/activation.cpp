@@ -85,12 +85,9 @@ inline VF silu_mul(VF a, VF b) {
     return r[0];
 }
 
-#ifndef CPUKERN_SILU_PAIRS
-#define CPUKERN_SILU_PAIRS 2
-#endif
 template <class T>
 void silu_and_mul_block(T* out, const T* a, const T* b, int64_t n) {
-    constexpr int kPairs = CPUKERN_SILU_PAIRS;
+    constexpr int kPairs = 2;  // four vectors at a time (see silu_mul_n; avx512: 1 pair 1.05x, 3 0.99x, 4 1.02x)
     int64_t i = 0;
     for (; i + 2 * kPairs * kLanes <= n; i += 2 * kPairs * kLanes) {
         VF av[2 * kPairs], bv[2 * kPairs];
