@@ -318,7 +318,6 @@ struct GenericInt8 : KernelDefaults {
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
             for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
-        // one or two rows stream B with stream_ahead instead
         k_loop(kk / KG, next_slice<R>(next), [&](int64_t g) {
             const uint8_t* bg = b + g * NR * 4;
             if constexpr (kStreamsB<R>) stream_ahead<NR * 4, kGemvAhead>(bg);

@@ -40,7 +40,6 @@ struct Dpbf16 : KernelDefaults {
             acc[r][0] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
             acc[r][1] = load_c ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
         }
-        // one or two rows stream B with stream_ahead instead
         k_loop(kk / KG, next_slice<R>(next), [&acc, a, b](int64_t g) {
             if constexpr (kStreamsB<R>) stream_ahead<128>(b + g * 128);
             const __m512i b0 = _mm512_loadu_si512(b + g * 128), b1 = _mm512_loadu_si512(b + g * 128 + 64);
@@ -157,7 +156,6 @@ struct Vnni : KernelDefaults {
         if constexpr (R == 1) {
             row_pairs<AS>(a, b, kk / KG, acc[0]);
         } else {
-            // two rows stream B with stream_ahead instead
             k_loop<VnniVec::kBurstMax>(kk / KG, next_slice<R>(next), [&acc, a, b](int64_t g) {
                 if constexpr (kStreamsB<R>) stream_ahead<kGroupBytes>(b + g * kGroupBytes);
                 const V b0 = VnniVec::load(b + g * kGroupBytes);

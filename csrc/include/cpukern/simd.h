@@ -613,15 +613,14 @@ constexpr float kExpInf = 89.5f;
 // on Zen 4: a 50-cycle chain per vector; see activation.cpp).
 #define CPUKERN_EACH(j, N) _Pragma("GCC unroll 16") for (int j = 0; j < (N); ++j)
 
-// exp of N vectors in place, stage by stage (exp_in_range: one vector);
-// kNegated: exp(-x), the sign folded into the constants (one operation less
+// exp of N vectors in place, stage by stage; kNegated: exp(-x), the sign folded into the constants (one operation less
 // per vector than negating x, the same bits; degree 3 only).
 template <int kDegree = 7, bool kNegated = false, int N>
 inline void exp_in_range_n(VF (&x)[N]) {
+    static_assert(kDegree == 7 || kDegree == 3, "exp_in_range_n: degree 3 or 7");
     static_assert(!kNegated || kDegree == 3, "exp_in_range_n: kNegated with degree 3");
     constexpr float log2e = kNegated ? -1.44269504088896341f : 1.44269504088896341f;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-    static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
     if constexpr (kDegree == 3) {
         // Base 2 without the ln 2 split: t = x log2(e) rounded (<= 5.3e-6
         // relative for |x| <= 110), f = t - floor(t) in [0, 1) in one
@@ -636,8 +635,6 @@ inline void exp_in_range_n(VF (&x)[N]) {
         CPUKERN_EACH(j, N) x[j] = (VF)_mm512_scalef_ps((__m512)p[j], (__m512)t[j]);
         return;
     }
-#else
-    static_assert(kDegree == 7 || kDegree == 3, "exp_in_range: degree 3 or 7");
 #endif
     constexpr float s = kExpAnyRange ? 1.0f : 2.0f;  // the factor folded into the coefficients
     // 1.5 * 2^23 + 126: rounds to nearest, and leaves n + 126 (the exponent
@@ -678,13 +675,6 @@ inline void exp_in_range_n(VF (&x)[N]) {
     // drops the offset's bits, so no float -> int conversion is needed
     CPUKERN_EACH(j, N) x[j] = p[j] * (VF)((VI)shifted[j] << 23);
 #endif
-}
-
-template <int kDegree = 7>
-inline VF exp_in_range(VF x) {
-    VF v[1] = {x};
-    exp_in_range_n<kDegree>(v);
-    return v[0];
 }
 
 #if defined(__AVX512F__)

@@ -35,7 +35,6 @@ as a broken model, by the benchmark, never by a test).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import tempfile
@@ -406,14 +405,6 @@ def compiler_family(cc: str) -> str:
     return "clang" if "clang" in text else "gcc"
 
 
-def _run_json(cmd: Sequence[str], timeout: float) -> list[dict[str, Any]]:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise RuntimeError(tail)
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-
-
 # A shared (virtual) machine loses whole seconds to its neighbours: each peak
 # is the best of several probe runs spread over a few seconds, so that one
 # slow stretch cannot lower the bound (and push kernels past 100%).
@@ -431,7 +422,7 @@ def _measure_peaks(probes: dict[str, Path], threads: int, ms: float) -> dict[str
             if isinstance(best.get(probe), str):
                 continue
             try:
-                rows = _run_json([str(exe), probe, str(threads), str(ms)], timeout=120)
+                rows = timing.probe_rows([str(exe), probe, str(threads), str(ms)], timeout=120)
                 rate = float(rows[-1]["ops_per_s"])
             except (RuntimeError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as exc:
                 best[probe] = f"probe failed: {exc}"

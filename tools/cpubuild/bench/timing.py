@@ -96,6 +96,15 @@ def measure(candidates: dict[str, Callable[[], Any]], rounds: int, budget_s: flo
     return best
 
 
+def probe_rows(cmd: Sequence[str], timeout: float, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The JSON lines a roofline probe (peak.c) prints. Raises RuntimeError with its last
+    error line when it fails, ValueError on other output, OSError or TimeoutExpired."""
+    proc = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1])
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
 def bandwidth_rows(probe: str, threads: int, ms: float, sizes: Sequence[int], timeout: float) -> list[dict[str, float]]:
     """The bandwidth probe (peak.c, `bandwidth` mode) over each of `sizes` bytes: one row
     each, {"bytes": the size it measured (rounded to whole KiB per thread), and
@@ -104,11 +113,7 @@ def bandwidth_rows(probe: str, threads: int, ms: float, sizes: Sequence[int], ti
     RuntimeError (the probe failed), ValueError / KeyError (not its output),
     OSError or subprocess.TimeoutExpired."""
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    proc = subprocess.run([probe, "bandwidth", str(threads), str(ms), *(str(size) for size in sizes)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1])
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    rows = probe_rows([probe, "bandwidth", str(threads), str(ms), *(str(size) for size in sizes)], timeout, env=env)
     return [{"bytes": float(row["bytes"]), **{key: float(row.get(key, 0.0)) for key in BANDWIDTH_FIGURES}}
             for row in rows]
 
