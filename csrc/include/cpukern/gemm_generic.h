@@ -357,8 +357,12 @@ struct GenericInt8Wide : KernelDefaults {
     static constexpr int KG = 4, kAkg = 4, APER = 2;
     // nc 64, not 128 (Zen 4 class, two threads, M = 256: avx2 0.98-0.99 of the time,
     // 0.84 once while the host was busy; avx512 0.98, baseline 0.99; M = 32 0.98;
-    // the float panel kernel above took 1.15x with 64)
-    static constexpr int64_t kMcTarget = 96, kNcTarget = 64, kKcTarget = 256;
+    // the float panel kernel above took 1.15x with 64). mc 256 / kc 512, not 96 / 256:
+    // the split panel serves every row panel of M = 256 and C is reloaded half as
+    // often (M = 256: avx2 0.979 of the time on one thread, 0.981 on two, avx512
+    // 0.985, the baseline 0.975 on one; M = 128 0.98, M = 32 1.00; kc 512 alone
+    // 0.997, mc 192 1.05: two row blocks)
+    static constexpr int64_t kMcTarget = 256, kNcTarget = 64, kKcTarget = 512;
     static constexpr bool kOffsetA = false;
     static constexpr const char* kName = "int16 panel madd";
     using BPrep = int16_t;  // [group][even, odd][NR * 2]
