@@ -94,7 +94,7 @@ inline void silu_and_mul_pairs(T* out, const T* a, const T* b) {
         load_pair_unordered(b + 2 * j * kLanes, bv[2 * j], bv[2 * j + 1]);
     }
     silu_mul_n<T>(av, bv);
-    CPUKERN_EACH(j, P) store_pair_unordered_approx(out + 2 * j * kLanes, av[2 * j], av[2 * j + 1]);
+    CPUKERN_EACH(j, P) store_pair_unordered_nearest(out + 2 * j * kLanes, av[2 * j], av[2 * j + 1]);
 }
 
 // How far ahead of its loads silu_and_mul fetches both input rows into L1

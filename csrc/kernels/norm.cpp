@@ -69,7 +69,8 @@ float sum_squares_exact(const T* x, int64_t hidden) {
     return reduce_add(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
 }
 
-// out = x * inv * w, rounded once to T. W: T, or float (widened by with_weights).
+// out = x * inv * w, rounded once to T (to nearest; a tie to even or away from
+// zero: store_pair_nearest). W: T, or float (widened by with_weights).
 // `next` (the next row, or null) is prefetched as we go: its sum of squares
 // then reads from L2, not from L3 or memory, at the start of the next row.
 template <class T, class W>
@@ -87,7 +88,7 @@ void scale_row(T* out, const T* x, const W* w, int64_t hidden, float inv, const 
         VF a, b, wa, wb;
         load_pair(x + i, a, b);
         load_pair(w + i, wa, wb);
-        store_pair_fast(out + i, a * s * wa, b * s * wb);
+        store_pair_nearest(out + i, a * s * wa, b * s * wb);
     }
     for (; i + kLanes <= hidden; i += kLanes) store_fast(out + i, load(x + i) * s * load(w + i));
     if (i < hidden) {
