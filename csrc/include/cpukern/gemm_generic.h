@@ -31,13 +31,15 @@ constexpr int kVecRegs = 32;
 constexpr int kVecRegs = 16;
 #endif
 
-// How far ahead the one- and two-row kernels below fetch B (stream_ahead). On
-// 256-bit vectors (avx2) 256 bytes: on the Zen 4 class host, alternating
-// builds in one process, bf16 32 MiB of weights 0.81-0.88 of the time with
-// 512 (0.69 once), 256 MiB 0.85 / 0.98, int8 128 MiB 0.87, 16 MiB 1.00;
-// 512-bit vectors and SSE2 kept 512 (avx512 with 256: 0.95 / 0.99, the
-// baseline 1.01, with 128: 1.04).
-constexpr int64_t kGemvAhead = kBytes == 32 ? 256 : kStreamAhead;
+// How far ahead the one- and two-row kernels below fetch B (stream_ahead; 0:
+// not at all, the hardware prefetchers alone). On 256-bit vectors (avx2) 256
+// bytes: on the Zen 4 class host, alternating builds in one process, bf16 32
+// MiB of weights 0.81-0.88 of the time with 512 (0.69 once), 256 MiB 0.85 /
+// 0.98, int8 128 MiB 0.87, 16 MiB 1.00; SSE2 keeps 512 (with 128: 1.04).
+// 512-bit vectors none since each thread reads the same columns every call
+// (gemm.h, run): bf16 32 MiB 0.91-0.92 of the time, 256 MiB 0.90-0.96, int8
+// 16 / 128 MiB 1.00 / 0.95-1.00 (avx512).
+constexpr int64_t kGemvAhead = kBytes == 32 ? 256 : kBytes == 64 ? 0 : kStreamAhead;
 
 typedef int16_t VS __attribute__((vector_size(kBytes)));
 typedef uint16_t VUS __attribute__((vector_size(kBytes)));
@@ -132,7 +134,7 @@ struct GenericBf16 : KernelDefaults {
         // set (2 * g + half) % S takes group g's even (half 0) or odd (half 1) k
         auto step = [&](int64_t g, int s0) {
             const uint8_t* bg = b + g * NR * 4;
-            if constexpr (kStreamsB<R>) stream_ahead<NR * 4, kGemvAhead>(bg);
+            if constexpr (kStreamsB<R> && kGemvAhead > 0) stream_ahead<NR * 4, kGemvAhead>(bg);
             const float* ag = a + g * AS * 2;
             // each B vector loaded once: GCC otherwise loads it again as the mask's memory operand, and a
             // one-row product then waits on the load ports - 3.9 cycles per 64 bytes of B on Zen 4 (avx2,
@@ -320,7 +322,7 @@ struct GenericInt8 : KernelDefaults {
             for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<VI>(c + r * ldc + v * simd::kLanes) : VI{};
         k_loop(kk / KG, next_slice<R>(next), [&](int64_t g) {
             const uint8_t* bg = b + g * NR * 4;
-            if constexpr (kStreamsB<R>) stream_ahead<NR * 4, kGemvAhead>(bg);
+            if constexpr (kStreamsB<R> && kGemvAhead > 0) stream_ahead<NR * 4, kGemvAhead>(bg);
             const uint32_t* ag = a + g * AS * 2;
             VS e[V], o[V];
 #pragma GCC unroll 4
