@@ -198,7 +198,10 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None) -> Any:
 
     x: [..., hidden] float32 / bfloat16 / float16, last dimension contiguous
     (any row stride); weight: [hidden], same dtype; out: like x (allocated
-    when None; may be x itself for an in-place norm). Returns out."""
+    when None; may be x itself for an in-place norm). Returns out. Results
+    are rounded to nearest; a bfloat16 tie (rare: ~1 in 10^5 values) goes to
+    even, or away from zero on the x86 variants without AVX-512 BF16 (one
+    integer add there)."""
     if _compiling():
         from . import _torch
 
@@ -263,8 +266,9 @@ def _plan_rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> tuple[Any, Plan]:
 # ---------------------------------------------------------------- fused_add_rms_norm
 def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) -> None:
     """In place, vLLM semantics: residual += x (rounded to the dtype), then
-    x = rms_norm(residual) * weight. x, residual: [..., hidden], same shape and
-    dtype, both writable, not overlapping; weight: [hidden]."""
+    x = rms_norm(residual) * weight (its ties as rms_norm's; residual's to
+    even). x, residual: [..., hidden], same shape and dtype, both writable,
+    not overlapping; weight: [hidden]."""
     if _compiling():
         from . import _torch
 
