@@ -32,6 +32,7 @@ struct Job {
     int64_t n = 0;
     int64_t chunk = 0;
     int64_t chunks = 0;  // > 0: a dynamic job (chunks taken one at a time)
+    int shares = 0;      // a dynamic job's threads, one share each: no more than its chunks
 };
 
 // Dynamic jobs take chunks owner first: the chunk range is cut into one share
@@ -141,20 +142,23 @@ class Pool {
     // claimed. A worker that wakes late finds the job's tag gone from the
     // cursors and never touches the job (its ctx lives on the caller's stack).
     void run_dynamic(const Job& job) {
+        Job shared = job;
         uint64_t gen;
         {
             std::lock_guard<std::mutex> lk(mu_);
-            job_ = job;
-            parts_ = size_;
+            // a thread per share, up to one per chunk: the others are not woken for nothing
+            shared.shares = static_cast<int>(job.chunks < size_ ? job.chunks : size_);
+            job_ = shared;
+            parts_ = shared.shares;
             gen = ++generation_;
             published_.store(gen, std::memory_order_release);
             done_.store(0, std::memory_order_relaxed);
-            for (int s = 0; s < size_; ++s)
-                cursors_[s].next.store(tag(gen) | static_cast<uint64_t>(share_begin(job.chunks, size_, s)),
+            for (int s = 0; s < shared.shares; ++s)
+                cursors_[s].next.store(tag(gen) | static_cast<uint64_t>(share_begin(job.chunks, shared.shares, s)),
                                        std::memory_order_release);
         }
         cv_.notify_all();
-        if (!bound_) run_chunks(job, gen, 0);
+        if (!bound_) run_chunks(shared, gen, 0);
         for (int spin = 0; done_.load(std::memory_order_acquire) != job.chunks; ++spin) {
             if (spin > 2000) {
                 std::unique_lock<std::mutex> lk(mu_);
@@ -173,9 +177,9 @@ class Pool {
 
     void run_chunks(const Job& job, uint64_t gen, int index) {
         const uint64_t mine = tag(gen);
-        for (int k = 0; k < size_; ++k) {
-            const int share = (index + k) % size_;
-            const int64_t share_end = share_begin(job.chunks, size_, share + 1);
+        for (int k = 0; k < job.shares; ++k) {
+            const int share = (index + k) % job.shares;
+            const int64_t share_end = share_begin(job.chunks, job.shares, share + 1);
             std::atomic<uint64_t>& cursor = cursors_[share].next;
             for (;;) {
                 uint64_t v = cursor.load(std::memory_order_acquire);
