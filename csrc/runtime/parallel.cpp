@@ -136,8 +136,9 @@ class Pool {
         }
     }
 
-    // Caller holds busy_. Every thread (the caller too, unless the pool is
-    // pinned) claims chunks from the shares' cursors, its own share first,
+    // Caller holds busy_. Every thread with a share - one per chunk at most,
+    // the caller's the first unless the pool is pinned - claims chunks from
+    // the shares' cursors, its own share first,
     // until none is left; the caller then waits only for chunks already
     // claimed. A worker that wakes late finds the job's tag gone from the
     // cursors and never touches the job (its ctx lives on the caller's stack).

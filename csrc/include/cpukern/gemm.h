@@ -441,10 +441,11 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     const int64_t grain = ceil_div(int64_t(4) << 20, item_flops);
     // Each thread takes the items of its own share first - the same columns of
     // B every call, so weights that fit the cache stay where they were read
-    // last time (a GEMV of 16 MiB int8 on the Zen 4 class host, two threads:
-    // 0.85 of the time with avx512vnni, 0.92 with avx2, against items dealt in
-    // turn) - then what is left of the others', `grain` items at a time: on a
-    // shared (virtual) machine a stalled thread holds up only what it runs.
+    // last time (GEMVs on the Zen 4 class host, two threads, against items
+    // dealt in turn: 16 MiB int8 avx512vnni 0.85-0.95 of the time, 32 MiB bf16
+    // avx512bf16 0.77) - then what is left of the others', `grain` items at a
+    // time: on a shared (virtual) machine a stalled thread holds up only what
+    // it runs.
     const int64_t items = mblocks * nblocks;
     std::atomic<bool> ok{true};
     parallel_for_dynamic(items, grain, [&](int64_t first, int64_t last) {
