@@ -265,6 +265,8 @@ def test_a_forked_child_runs_cpukern_on_its_own_pool(parent_ran: str) -> None:
 
 # Runs in-place fused_add_rms_norm (a chunk run twice adds its residual twice)
 # over row counts around every way of cutting chunks into per-thread shares,
+# and int8 GEMMs whose blocks (one share of them per thread, too) are fewer,
+# as many or more than the threads (a block left out leaves its C unwritten),
 # against numpy; CPUKERN_NUM_THREADS may exceed the CPUs (threads then share them).
 SHARES_PROBE = textwrap.dedent("""
     import json, sys, numpy as np
@@ -283,6 +285,13 @@ SHARES_PROBE = textwrap.dedent("""
         cpukern.fused_add_rms_norm(x, r, w, 1e-6)
         if not (np.allclose(r, s, rtol=1e-6, atol=1e-6) and np.allclose(x, want, rtol=1e-4, atol=1e-4)):
             bad.append(rows)
+    for m, n, k in ((1, 4096, 1024), (1, 96, 64), (40, 700, 300), (256, 1024, 512)):
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        out = np.full((m, n), np.nan, np.float32)
+        cpukern.gemm_w8a8(a, np.ones(m, np.float32), cpukern.pack_b_int8(b), np.ones(n, np.float32), out=out)
+        if not np.array_equal(out, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32)):
+            bad.append(f"gemm {m}x{n}x{k}")
     print(json.dumps({"bad": bad, "threads": _dispatch.DISPATCHER.library().cpukern_get_num_threads()}))
 """)
 
@@ -290,9 +299,9 @@ SHARES_PROBE = textwrap.dedent("""
 @pytest.mark.parametrize("threads", [3, 5])
 @pytest.mark.parametrize("runtime", ["own", "torch"])
 def test_dynamic_loops_run_every_chunk_once(runtime: str, threads: int) -> None:
-    """Element-wise kernels take chunks owner first (one share of the rows per
-    thread, then the others'): whatever the rows and threads, every chunk runs
-    exactly once, on cpukern's pool and on torch's OpenMP threads."""
+    """Element-wise kernels and the GEMMs' blocks take chunks owner first (one
+    share per thread, then the others'): whatever the rows and threads, every
+    chunk runs exactly once, on cpukern's pool and on torch's OpenMP threads."""
     if runtime == "torch":
         pytest.importorskip("torch")
     proc = run_python(SHARES_PROBE, {"CPUKERN_NUM_THREADS": str(threads)}, runtime)
