@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cpubuild.bench import timing
+
 HIDDEN = 4096
 INTERMEDIATE = 11008  # silu_and_mul input is [T, 2 * 11008]
 HEAD_SIZE, KV_HEADS, MAX_POSITION = 128, 8, 4096
@@ -33,7 +35,7 @@ class Case:
     dtype: str  # "bf16" / "fp32" / "int8"
     shape: list[int]  # the op's main input; [M, N, K] for GEMMs
     cpukern: Callable[[], Any]  # on the dispatcher's variant
-    for_variant: Callable[[str], Callable[[], Any]]  # the timed call on a forced variant
+    for_variant: Callable[[str], Callable[[], Any]]  # the timed call on a forced variant (timing.InContext)
     torch: Callable[[], Any] | None
     memcpy: Callable[[], Any] | None  # None: not memory-bound
     # the roofline (docs/project.md): arithmetic (a multiply-add counts 2; None
@@ -47,15 +49,16 @@ class Case:
 
 def _in_variant(fn: Callable[[], Any]) -> Callable[[str], Callable[[], Any]]:
     def factory(variant: str) -> Callable[[], Any]:
-        from cpukern import ops
-
-        def run() -> Any:
-            with ops.use_variant(variant):
-                return fn()
-
-        return run
+        return _forced(fn, variant)
 
     return factory
+
+
+def _forced(fn: Callable[[], Any], variant: str) -> timing.InContext:
+    """fn on `variant`, forced once per timing round (as a host that selects it runs it)."""
+    from cpukern import ops
+
+    return timing.InContext(fn=fn, context=lambda: ops.use_variant(variant))
 
 
 def op_case(op: str, dtype: str, tokens: int, *, has_torch: bool) -> Case:
@@ -201,13 +204,7 @@ def gemm_case(op: str, m: int, *, has_torch: bool, n: int = GEMM_NK, k: int = GE
 
     def for_variant(variant: str) -> Callable[[], Any]:
         with ops.use_variant(variant):
-            fn = prepare()
-
-        def run() -> Any:
-            with ops.use_variant(variant):
-                return fn()
-
-        return run
+            return _forced(prepare(), variant)
 
     torch_fn: Callable[[], Any] | None = None
     if has_torch:

@@ -159,6 +159,31 @@ def test_a_remembered_numpy_call_allocates_a_fresh_output() -> None:
     assert z[1].dtype == np.float32 and np.array_equal(z[1], np.full((2, 8), 8.0, np.float32))
 
 
+def test_a_numpy_array_is_keyed_by_its_own_address() -> None:
+    """The address read from the array object (not __array_interface__, ~1 us)
+    is each array's data pointer, views and offsets included; two views of one
+    buffer at different offsets are different calls."""
+    np = pytest.importorskip("numpy")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    base = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
+    frozen = np.ones(8, np.int8)
+    frozen.setflags(write=False)
+    arrays = [base, base[1:], base[:, 3:], base.T, base[::2, 5:9], base.reshape(-1)[7:], np.float32(2.0) * base[0],
+              np.empty(0, np.float32), np.ones((), np.float32), np.ones((2, 8), ml_dtypes.bfloat16), frozen,
+              np.frombuffer(bytearray(64), np.int8)[3:]]
+    _memo.key("probe", (), ())  # finds numpy's types and the reader
+    read = _memo._numpy_address[0]
+    assert read is not _memo._interface_address, "CPython's numpy keeps the data pointer after the object header"
+    for a in arrays:
+        assert read(a) == a.__array_interface__["data"][0], a.shape
+    w = np.ones(8, np.float32)
+    rows = np.arange(32, dtype=np.float32).reshape(4, 8)
+    low = cpukern.rms_norm(rows[:2], w)
+    high = cpukern.rms_norm(rows[2:], w)
+    assert not np.array_equal(low, high) and np.array_equal(high, cpukern.rms_norm(rows[2:].copy(), w))
+    assert _memo.size() == 3
+
+
 def test_the_memo_is_bounded() -> None:
     w = torch.randn(8)
     for rows in range(1, _memo.LIMIT + 10):

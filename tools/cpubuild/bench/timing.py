@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 ENV_PRELOADED = "CPUBUILD_BENCH_PRELOADED"
@@ -55,13 +57,32 @@ def allocator() -> str:
 WARM_UP = 0.25  # of a round's budget, before its timing starts
 
 
+@dataclass(frozen=True, kw_only=True)
+class InContext:
+    """A candidate whose calls run inside `context`, entered once per round
+    rather than per call: a variant forced the way a host that selects it
+    runs it (a per-call `use_variant` costs ~5 us after a kernel that
+    streamed the caches, 4 % of a 16 MiB GEMV)."""
+
+    fn: Callable[[], Any]
+    context: Callable[[], AbstractContextManager[Any]]
+
+    def __call__(self) -> Any:
+        with self.context():
+            return self.fn()
+
+
 def time_round(fn: Callable[[], Any], budget_s: float) -> float:
     """Average microseconds per call over one round of about budget_s
     (at least 3 calls), after a warm-up of a quarter of the budget (at least
     one call); a single call for slow fns. The warm-up lets the previous
     candidate's after-effects pass - its data in the caches, torch's OpenMP
     threads still spinning on a 2-vCPU VM: a 32 MiB GEMV's first 30 calls
-    after torch or another variant ran 3-10 % slower than its steady state."""
+    after torch or another variant ran 3-10 % slower than its steady state.
+    An InContext candidate's round runs inside its context."""
+    if isinstance(fn, InContext):
+        with fn.context():
+            return time_round(fn.fn, budget_s)
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start

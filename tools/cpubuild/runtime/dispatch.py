@@ -193,6 +193,9 @@ class Dispatcher:
 
     def selection(self) -> Selection:
         """The dispatcher's decision under the current environment (cached)."""
+        made: Selection | None = self._state.get("selection")  # no lock once made: every op call asks
+        if made is not None:
+            return made
         with self._lock:
             if "selection" not in self._state:
                 self._state["selection"] = select_variant(
@@ -240,6 +243,9 @@ class Dispatcher:
     def load_variant(self, name: str) -> Any:
         """The library of one variant, after checking the CPU runs it (cached): a
         ctypes.CDLL, or for a torch project the path torch.ops.load_library loaded."""
+        loaded = self._state.get("libs")
+        if loaded is not None and (ready := loaded.get(name)) is not None:
+            return ready  # no lock once loaded (a dict read): every op call of a forced variant asks
         with self._lock:
             libs: dict[str, Any] = self._state.setdefault("libs", {})
             if name not in libs:

@@ -3,6 +3,8 @@ side-by-side bandwidth measurements fall between the rounds."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from cpubuild.bench import timing
 
@@ -25,3 +27,25 @@ def test_best_bandwidth_takes_each_figure_from_its_best_measurement(monkeypatch:
     assert timing.best_bandwidth([None]) is None
     monkeypatch.delenv(timing.ENV_PROBE, raising=False)  # outside `cpubuild bench`: no probe, no figure
     assert timing.measure_beside_bandwidth({"x": lambda: None}, 1, 0.0005, 2, working_set=64 << 20)[1] is None
+
+
+def test_an_in_context_candidate_enters_its_context_once_per_round() -> None:
+    """A forced variant is timed as a host that selects it runs it: its context
+    (cpukern's use_variant) is entered around each round, not each call."""
+    import contextlib
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def context() -> Any:
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    candidate = timing.InContext(fn=lambda: events.append("call"), context=context)
+    timing.measure({"forced": candidate, "plain": lambda: None}, 3, 0.0005)
+    assert events.count("enter") == events.count("exit") == 3
+    assert events.count("call") > 3 * 3 and events[0] == "enter" and events[-1] == "exit"
+    events.clear()
+    candidate()  # called on its own, it enters its context for that call
+    assert events == ["enter", "call", "exit"]
