@@ -160,9 +160,9 @@ def test_a_remembered_numpy_call_allocates_a_fresh_output() -> None:
 
 
 def test_a_numpy_array_is_keyed_by_its_own_address() -> None:
-    """The address read from the array object (not __array_interface__, ~1 us)
-    is each array's data pointer, views and offsets included; two views of one
-    buffer at different offsets are different calls."""
+    """The address and writable flag read from the array object (not
+    __array_interface__, ~1 us) are each array's, views and offsets included;
+    two views of one buffer at different offsets are different calls."""
     np = pytest.importorskip("numpy")
     ml_dtypes = pytest.importorskip("ml_dtypes")
     base = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
@@ -172,10 +172,10 @@ def test_a_numpy_array_is_keyed_by_its_own_address() -> None:
               np.empty(0, np.float32), np.ones((), np.float32), np.ones((2, 8), ml_dtypes.bfloat16), frozen,
               np.frombuffer(bytearray(64), np.int8)[3:]]
     _memo.key("probe", (), ())  # finds numpy's types and the reader
-    read = _memo._numpy_address[0]
-    assert read is not _memo._interface_address, "CPython's numpy keeps the data pointer after the object header"
+    read = _memo._numpy_head[0]
+    assert read is not _memo._interface_head, "CPython's numpy keeps its data pointer and flags where its ABI says"
     for a in arrays:
-        assert read(a) == a.__array_interface__["data"][0], a.shape
+        assert read(a) == (a.__array_interface__["data"][0], 0x400 if a.flags.writeable else 0), a.shape
     w = np.ones(8, np.float32)
     rows = np.arange(32, dtype=np.float32).reshape(4, 8)
     low = cpukern.rms_norm(rows[:2], w)

@@ -12,9 +12,7 @@ array by its data address and writable flag, so an array made read-only is
 checked again (a GEMV with 16 MiB of int8 weights: ~20 us of checks per
 numpy call, 6 % of it); subclasses and anything unusual take the full checks
 every time. A plan holds integers and shapes, never an array: nothing is kept
-alive. An array's address is read from the array object (`_address_reader`):
-`__array_interface__` builds a dict per call, ~1.1 us, five times on a w8a8
-GEMV.
+alive. An array's address is read from the array object (`_head_reader`).
 """
 
 from __future__ import annotations
@@ -47,30 +45,45 @@ class Plan(NamedTuple):
 _plans: dict[tuple[Any, ...], Plan] = {}
 _torch_types: list[tuple[type, ...]] = []
 _numpy_types: list[Any] = []
-_numpy_address: list[Callable[[Any], int]] = []
+_numpy_head: list[Callable[[Any], tuple[int, int]]] = []  # (data address, writable flag) of an ndarray
+
+_WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
 
 
-def _interface_address(a: Any) -> int:
-    address: int = a.__array_interface__["data"][0]
-    return address
+class _ArrayHead(ctypes.Structure):
+    """The first fields of numpy's array object after the object header
+    (PyArrayObject_fields): `PyArray_DATA` / `PyArray_FLAGS` compile these
+    offsets into every numpy extension, so numpy keeps them."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("nd", ctypes.c_int), ("dimensions", ctypes.c_void_p),
+                ("strides", ctypes.c_void_p), ("base", ctypes.c_void_p), ("descr", ctypes.c_void_p),
+                ("flags", ctypes.c_int)]
 
 
-def _address_reader(np: Any) -> Callable[[Any], int]:
-    """An ndarray's data pointer: the first field after the object header
-    (`PyArray_DATA` compiles that offset into every numpy extension, so numpy
-    keeps it), ~0.15 us; checked here against `__array_interface__` on a few
-    arrays, else that (an unusual build)."""
-    field = ctypes.c_void_p.from_address
+def _interface_head(a: Any) -> tuple[int, int]:
+    address, read_only = a.__array_interface__["data"]
+    return address, 0 if read_only else _WRITEABLE
+
+
+def _head_reader(np: Any) -> Callable[[Any], tuple[int, int]]:
+    """Reads (data address, writable flag) from an ndarray object, ~0.2 us
+    (`__array_interface__` builds a dict, ~1.1 us, five times on a w8a8
+    GEMV); checked here on a few arrays against `__array_interface__`, which
+    it is otherwise (an unusual build)."""
+    at = _ArrayHead.from_address
     header = object.__basicsize__
 
-    def read(a: Any) -> int:
-        return field(id(a) + header).value or 0
+    def read(a: Any) -> tuple[int, int]:
+        head = at(id(a) + header)
+        return head.data or 0, head.flags & _WRITEABLE
 
     probe = np.arange(24, dtype=np.int16).reshape(4, 6)
-    samples = (probe, probe[1:, 2:], probe.T[3], np.empty(0, np.float32), np.zeros((2, 3), np.int8))
-    if all(read(s) == _interface_address(s) for s in samples):
+    frozen = probe[2:]
+    frozen.setflags(write=False)
+    samples = (probe, probe[1:, 2:], probe.T[3], frozen, np.empty(0, np.float32), np.zeros((2, 3), np.int8))
+    if all(read(s) == _interface_head(s) for s in samples):
         return read
-    return _interface_address
+    return _interface_head
 
 
 def _keyed_types() -> tuple[tuple[type, ...], Any]:
@@ -78,7 +91,7 @@ def _keyed_types() -> tuple[tuple[type, ...], Any]:
     if not _torch_types and (torch := sys.modules.get("torch")) is not None:
         _torch_types.append((torch.Tensor, torch.nn.parameter.Parameter))
     if not _numpy_types and (np := sys.modules.get("numpy")) is not None:
-        _numpy_address.append(_address_reader(np))
+        _numpy_head.append(_head_reader(np))
         _numpy_types.append(np.ndarray)
     return (_torch_types[0] if _torch_types else ()), (_numpy_types[0] if _numpy_types else None)
 
@@ -92,7 +105,7 @@ def key(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[An
             parts.append(None)
         elif type(t) is ndarray:
             # (address, writable): a tuple, never equal to a tensor's address
-            parts += ((_numpy_address[0](t), t.flags.writeable), t.shape, t.strides, t.dtype)
+            parts += (_numpy_head[0](t), t.shape, t.strides, t.dtype)
         elif type(t) in torch_types and t.is_cpu:
             try:
                 parts += (t.data_ptr(), t.shape, t.stride(), t.dtype)
@@ -119,7 +132,7 @@ def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
     if out is None and plan.out_shape is not None:
         if _numpy_types and type(like) is _numpy_types[0]:
             out = _numpy_empty(plan.out_shape, like.dtype if plan.out_dtype is None else plan.out_dtype)
-            address = _numpy_address[0](out)
+            address = _numpy_head[0](out)[0]
         else:
             if plan.out_dtype is None:
                 out = like.new_empty(plan.out_shape)
