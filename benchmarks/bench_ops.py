@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 # The cases are shared with `cpubuild bench` (bench_variants.py), the timing is cpubuild's.
-from cpubuild.bench.timing import allocator, measure, reexec_with_tcmalloc
+from cpubuild.bench.timing import allocator, for_round, measure, reexec_with_tcmalloc
 from cpukern_cases import op_case as make_cases
 
 
@@ -30,14 +30,16 @@ def measure_fastest_call(candidates: dict[str, Callable[[], Any]], rounds: int, 
     best = {name: float("inf") for name in candidates}
     clock = time.perf_counter
     for _ in range(rounds):
-        for name, fn in candidates.items():
-            fn()
-            end, calls = clock() + budget_s, 0
-            while calls < 3 or clock() < end:
-                start = clock()
+        for name, candidate in candidates.items():
+            fn, context = for_round(candidate)
+            with context:
                 fn()
-                best[name] = min(best[name], (clock() - start) * 1e6)
-                calls += 1
+                end, calls = clock() + budget_s, 0
+                while calls < 3 or clock() < end:
+                    start = clock()
+                    fn()
+                    best[name] = min(best[name], (clock() - start) * 1e6)
+                    calls += 1
     return best
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,14 @@ class InContext:
             return self.fn()
 
 
+def for_round(candidate: Callable[[], Any]) -> tuple[Callable[[], Any], AbstractContextManager[Any]]:
+    """(the call to time, the context to time a round of it in): an
+    InContext's own, else no context."""
+    if isinstance(candidate, InContext):
+        return candidate.fn, candidate.context()
+    return candidate, nullcontext()
+
+
 def time_round(fn: Callable[[], Any], budget_s: float) -> float:
     """Average microseconds per call over one round of about budget_s
     (at least 3 calls), after a warm-up of a quarter of the budget (at least
@@ -80,9 +88,12 @@ def time_round(fn: Callable[[], Any], budget_s: float) -> float:
     threads still spinning on a 2-vCPU VM: a 32 MiB GEMV's first 30 calls
     after torch or another variant ran 3-10 % slower than its steady state.
     An InContext candidate's round runs inside its context."""
-    if isinstance(fn, InContext):
-        with fn.context():
-            return time_round(fn.fn, budget_s)
+    call, context = for_round(fn)
+    with context:
+        return _time_calls(call, budget_s)
+
+
+def _time_calls(fn: Callable[[], Any], budget_s: float) -> float:
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
