@@ -2,7 +2,10 @@
 
 Every op module declares its C functions' signatures with `signature` (once,
 at import of that module: no I/O) and calls them with `call`, which binds the
-function in the selected (or a given) variant library on first use.
+function in the selected (or a given) variant library on first use. A
+remembered call (`_memo.Plan`) holds its arguments converted once
+(`arguments`) and calls `prepared(name, lib)`, which converts nothing: ~1 us
+less per call of 9-11 arguments after a kernel that streamed the caches.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ STATUS_TEXT = {1: "invalid argument", 2: "dtype not supported by this variant"}
 
 _signatures: dict[str, tuple[list[Any], Any]] = {}
 _bound: dict[tuple[int, str], Any] = {}
+_prepared: dict[tuple[int, str], Any] = {}
 
 ptr = ctypes.c_void_p
 i32 = ctypes.c_int32
@@ -39,6 +43,27 @@ def function(name: str, lib: ctypes.CDLL | None = None) -> Any:
         fn.argtypes = argtypes
         fn.restype = restype
         _bound[key] = fn
+    return fn
+
+
+def arguments(name: str, values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`values` as the C types of `name`'s signature, for `prepared`."""
+    argtypes, _ = _signatures[name]
+    if len(values) != len(argtypes):
+        raise TypeError(f"{name}: {len(values)} arguments, the signature has {len(argtypes)}")
+    return tuple(ctype(value) for ctype, value in zip(argtypes, values, strict=True))
+
+
+def prepared(name: str, lib: ctypes.CDLL | None = None) -> Any:
+    """`name` in `lib` for arguments made by `arguments`: no argtypes, so ctypes
+    passes them as they are (a separate function object from `function`'s)."""
+    lib = lib if lib is not None else DISPATCHER.library()
+    key = (id(lib), name)
+    fn = _prepared.get(key)
+    if fn is None:
+        fn = lib[name]  # a new object each time, unlike getattr's
+        fn.restype = _signatures[name][1]
+        _prepared[key] = fn
     return fn
 
 

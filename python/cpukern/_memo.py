@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from . import _abi
+
 # An upper bound, not a cache policy: a model's working set of distinct
 # (buffer, shape) keys is small; a caller cycling through fresh buffers
 # starts over when it is reached.
@@ -30,9 +32,9 @@ LIMIT = 4096
 
 class Plan(NamedTuple):
     """What the checks of one call decided: the C arguments of `op` (None:
-    an empty input, nothing to run); when the op allocated its output,
-    `out_shape`, its dtype (None: the first argument's) and the argument
-    index of the output's address."""
+    an empty input, nothing to run), as ctypes values for `_abi.prepared`;
+    when the op allocated its output, `out_shape`, its dtype (None: the first
+    argument's) and the argument index of the output's address. Made by `plan`."""
 
     op: str
     dtype: str
@@ -40,6 +42,13 @@ class Plan(NamedTuple):
     out_shape: tuple[int, ...] | None = None
     out_slot: int = 0
     out_dtype: str | None = None
+
+
+def plan(op: str, dtype: str, values: tuple[Any, ...] | None, out_shape: tuple[int, ...] | None = None,
+         out_slot: int = 0, out_dtype: str | None = None) -> Plan:
+    """The Plan of a checked call, its C arguments `values` converted once to cpukern_<op>'s types."""
+    args = None if values is None else _abi.arguments("cpukern_" + op, values)
+    return Plan(op, dtype, args, out_shape, out_slot, out_dtype)
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}
@@ -140,7 +149,7 @@ def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
                 out = like.new_empty(plan.out_shape, dtype=getattr(sys.modules["torch"], plan.out_dtype))
             address = out.data_ptr()
         if args is not None:
-            args = (*args[: plan.out_slot], address, *args[plan.out_slot + 1 :])
+            args = (*args[: plan.out_slot], ctypes.c_void_p(address), *args[plan.out_slot + 1 :])
     return out, args
 
 

@@ -304,7 +304,7 @@ def _run_planned(plan: _memo.Plan, out: Any, a: Any, lib: Any) -> Any:
 
 
 def _call(fn_name: str, lib: Any, *args: Any) -> None:
-    status = _abi.function(fn_name, lib)(*args)
+    status = _abi.prepared(fn_name, lib)(*args)
     if status == _STATUS_NO_MEMORY:
         raise MemoryError(f"{fn_name}: out of memory for the packing buffers")
     if status:
@@ -351,7 +351,7 @@ def _plan_gemm_bf16(
     allocated = out is None
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
     args = (aa.ptr, lda, b_ptr, m, pb.n, k, oa.ptr, _row_stride(oa), _abi.DTYPE_CODES[dtype]) if m else None
-    return out, _memo.Plan("gemm_bf16", "bfloat16", args, (m, pb.n) if allocated else None, 6, dtype), pb
+    return out, _memo.plan("gemm_bf16", "bfloat16", args, (m, pb.n) if allocated else None, 6, dtype), pb
 
 
 def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
@@ -395,4 +395,4 @@ def _plan_gemm_w8a8(
     args = (
         (aa.ptr, lda, sa.ptr, b_ptr, sb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa), _abi.DTYPE_CODES[dtype]) if m else None
     )
-    return out, _memo.Plan("gemm_w8a8", "int8", args, (m, pb.n) if allocated else None, 8, dtype)
+    return out, _memo.plan("gemm_w8a8", "int8", args, (m, pb.n) if allocated else None, 8, dtype)

@@ -91,11 +91,11 @@ def _kernel(op: str, dtype: str) -> Any:
             _fast_for[0] = selection
         fn = _fast.get(op)
         if fn is None:
-            fn = _fast[op] = _abi.function("cpukern_" + op)
+            fn = _fast[op] = _abi.prepared("cpukern_" + op)
         lib = None
     else:
         lib = DISPATCHER.load_variant(variant)
-        fn = _abi.function(("cpukern_ref_" if reference else "cpukern_") + op, lib)
+        fn = _abi.prepared(("cpukern_ref_" if reference else "cpukern_") + op, lib)
     if dtype == "float16":
         _require_float16(lib if lib is not None else DISPATCHER.library(), variant or DISPATCHER.selected_isa())
     return fn
@@ -260,7 +260,7 @@ def _plan_rms_norm(x: Any, weight: Any, eps: Any, out: Any) -> tuple[Any, Plan]:
     _, out_stride = rows(oa)
     code = _abi.DTYPE_CODES[xa.dtype]
     args = (oa.ptr, xa.ptr, wa.ptr, n, hidden, x_stride, out_stride, epsf, code) if n else None
-    return out, Plan("rms_norm", xa.dtype, args, xa.shape if allocated else None, 0)
+    return out, _memo.plan("rms_norm", xa.dtype, args, xa.shape if allocated else None, 0)
 
 
 # ---------------------------------------------------------------- fused_add_rms_norm
@@ -304,7 +304,7 @@ def _plan_fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: Any) -> Pl
     check_no_overlap(ra, (wa,))
     code = _abi.DTYPE_CODES[xa.dtype]
     args = (xa.ptr, ra.ptr, wa.ptr, n, hidden, x_stride, res_stride, epsf, code) if n else None
-    return Plan("fused_add_rms_norm", xa.dtype, args)
+    return _memo.plan("fused_add_rms_norm", xa.dtype, args)
 
 
 # ---------------------------------------------------------------- silu_and_mul
@@ -364,7 +364,7 @@ def _plan_silu_and_mul(x: Any, out: Any) -> tuple[Any, Plan]:
     _, out_stride = rows(oa)
     code = _abi.DTYPE_CODES[xa.dtype]
     args = (oa.ptr, xa.ptr, n, d, x_stride, out_stride, code) if n and d else None
-    return out, Plan("silu_and_mul", xa.dtype, args, shape if allocated else None, 0)
+    return out, _memo.plan("silu_and_mul", xa.dtype, args, shape if allocated else None, 0)
 
 
 # ---------------------------------------------------------------- rotary_embedding
@@ -419,7 +419,7 @@ def _rotary_embedding(
         _memo.put(memo_key, plan)
     status = _execute(plan, query, query)[1]
     if status == 1:
-        max_position = plan.args[13] if plan.args is not None else 0
+        max_position = plan.args[13].value if plan.args is not None else 0
         values = wrap(positions, "positions").obj.reshape(-1)
         bad = [int(v) for v in values.tolist() if not 0 <= int(v) < max_position][:3]
         raise ValueError(f"positions: values must lie in [0, {max_position}), found {bad} (rows of cos_sin_cache)")
@@ -466,4 +466,4 @@ def _plan_rotary_embedding(
         pa.ptr, pos_stride, qa.ptr, ka.ptr if ka is not None else None, ca.ptr, tokens, heads, k_heads, rot_dim, q_ts,
         q_hs, k_ts, k_hs, max_position, ca.strides[0], int(bool(is_neox)), code, _abi.DTYPE_CODES[ca.dtype],
     )
-    return Plan("rotary_embedding", qa.dtype, args if tokens else None)
+    return _memo.plan("rotary_embedding", qa.dtype, args if tokens else None)
