@@ -297,18 +297,20 @@ def _memo_key(op: str, a: Any, b: Any, out: Any, scales: tuple[Any, ...], out_dt
 
 
 def _run_planned(plan: _memo.Plan, out: Any, a: Any, lib: Any) -> Any:
-    out, args = _memo.bind(plan, out, a)
+    args = plan.args
+    if out is None and plan.out_shape is not None:
+        out, args = _memo.bind(plan, out, a)
     if args is not None:
-        _call("cpukern_" + plan.op, lib, *args)
+        status = _abi.prepared("cpukern_" + plan.op, lib)(*args)
+        if status:
+            _raise_status("cpukern_" + plan.op, status)
     return out
 
 
-def _call(fn_name: str, lib: Any, *args: Any) -> None:
-    status = _abi.prepared(fn_name, lib)(*args)
+def _raise_status(fn_name: str, status: int) -> None:
     if status == _STATUS_NO_MEMORY:
         raise MemoryError(f"{fn_name}: out of memory for the packing buffers")
-    if status:
-        raise RuntimeError(f"{fn_name} failed with status {status} after argument checks passed (a cpukern bug)")
+    raise RuntimeError(f"{fn_name} failed with status {status} after argument checks passed (a cpukern bug)")
 
 
 # ---------------------------------------------------------------- products
