@@ -189,3 +189,25 @@ def test_the_memo_is_bounded() -> None:
     for rows in range(1, _memo.LIMIT + 10):
         cpukern.rms_norm(torch.randn(rows, 8), w, out=torch.empty(rows, 8))
     assert 0 < _memo.size() <= _memo.LIMIT
+
+
+def test_a_plan_holds_c_values_for_a_function_of_its_own() -> None:
+    """A remembered call passes ctypes values to a function object without
+    argtypes (`_abi.prepared`), distinct from `_abi.function`'s, which keeps
+    converting Python values; a plan of the wrong arity is refused by name."""
+    import ctypes
+
+    from cpukern import _abi
+
+    plain, prepared = _abi.function("cpukern_rms_norm"), _abi.prepared("cpukern_rms_norm")
+    assert plain is not prepared and plain.argtypes and not prepared.argtypes
+    values = _abi.arguments("cpukern_rms_norm", (1, 2, 3, 4, 5, 6, 7, 0.5, 1))
+    assert [type(v) for v in values] == [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_float, ctypes.c_int32]
+    assert values[7].value == 0.5
+    with pytest.raises(TypeError, match="cpukern_rms_norm: 2 arguments, the signature has 9"):
+        _abi.arguments("cpukern_rms_norm", (1, 2))
+    x = torch.randn(3, 16)
+    w = torch.randn(16)
+    first = cpukern.rms_norm(x, w, 1e-6)
+    again = cpukern.rms_norm(x, w, 1e-6)  # remembered: the prepared function with the plan's values
+    assert torch.equal(first, again) and torch.allclose(again, ref_rms_norm(x, w, 1e-6), atol=1e-5)
