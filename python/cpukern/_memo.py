@@ -78,7 +78,10 @@ def _head_reader(np: Any) -> Callable[[Any], tuple[int, int]]:
     """Reads (data address, writable flag) from an ndarray object, ~0.2 us
     (`__array_interface__` builds a dict, ~1.1 us, five times on a w8a8
     GEMV); checked here on a few arrays against `__array_interface__`, which
-    it is otherwise (an unusual build)."""
+    it is otherwise (an unusual build). CPython only: there `id()` is the
+    object's address."""
+    if sys.implementation.name != "cpython":
+        return _interface_head
     at = _ArrayHead.from_address
     header = object.__basicsize__
 
