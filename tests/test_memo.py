@@ -172,12 +172,17 @@ def test_a_numpy_array_is_keyed_by_its_own_address() -> None:
     arrays = [base, base[1:], base[:, 3:], base.T, base[::2, 5:9], base.reshape(-1)[7:], np.float32(2.0) * base[0],
               np.empty(0, np.float32), np.ones((), np.float32), np.ones((2, 8), ml_dtypes.bfloat16), frozen,
               np.frombuffer(bytearray(64), np.int8)[3:]]
-    _memo.key("probe", (), ())  # finds numpy's types and the reader
-    read = _memo._numpy_head[0]
+    _memo.key("probe", (base,), ())  # finds numpy's types and the reader
+    read = _memo._read_head
     if sys.implementation.name == "cpython":
         assert read is not _memo._interface_head, "CPython's numpy keeps its data pointer and flags where its ABI says"
+        assert _memo._head_at is not None, "... and key() reads them inline"
     for a in arrays:
-        assert read(a) == (a.__array_interface__["data"][0], 0x400 if a.flags.writeable else 0), a.shape
+        head = (a.__array_interface__["data"][0], 0x400 if a.flags.writeable else 0)
+        assert read(a) == head, a.shape
+        parts = _memo.key("probe", (a,), ())
+        assert parts is not None and parts[1] is np.ndarray and parts[-3:] == (a.shape, a.strides, a.dtype), a.shape
+        assert ((parts[2] or 0), parts[3]) == head if _memo._head_at else parts[2] == head, a.shape
     w = np.ones(8, np.float32)
     rows = np.arange(32, dtype=np.float32).reshape(4, 8)
     low = cpukern.rms_norm(rows[:2], w)

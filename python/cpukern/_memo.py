@@ -5,8 +5,8 @@ yield depend only on each tensor's address, shape, strides and dtype and on
 the scalar arguments' types and values. A model calls the same ops on the same
 buffers layer after layer, so the checks are done once per such key and their
 result, a `Plan`, is looked up afterwards: about a third of the per-call cost
-of checking again (a one-token rms_norm: ~12 us -> ~5 us; torch.ops' own
-dispatch of vLLM's kernel takes ~3 us). Plain CPU tensors (torch.Tensor,
+of checking again (a one-token rms_norm: ~12 us -> ~5 us when the memo came,
+4.6 us since; torch.ops' own dispatch of vLLM's kernel takes ~3 us). Plain CPU tensors (torch.Tensor,
 nn.Parameter) and plain numpy arrays (np.ndarray itself) are keyed - an
 array by its data address and writable flag, so an array made read-only is
 checked again (a GEMV with 16 MiB of int8 weights: ~20 us of checks per
@@ -34,7 +34,9 @@ class Plan(NamedTuple):
     """What the checks of one call decided: the C arguments of `op` (None:
     an empty input, nothing to run), as ctypes values for `_abi.prepared`;
     when the op allocated its output, `out_shape`, its dtype (None: the first
-    argument's) and the argument index of the output's address. Made by `plan`."""
+    argument's) and the argument index of the output's address; `call`, the
+    function to run them with where the key names the variant (None: looked
+    up per call). Made by `plan`."""
 
     op: str
     dtype: str
@@ -42,19 +44,17 @@ class Plan(NamedTuple):
     out_shape: tuple[int, ...] | None = None
     out_slot: int = 0
     out_dtype: str | None = None
+    call: Any = None
 
 
 def plan(op: str, dtype: str, values: tuple[Any, ...] | None, out_shape: tuple[int, ...] | None = None,
-         out_slot: int = 0, out_dtype: str | None = None) -> Plan:
+         out_slot: int = 0, out_dtype: str | None = None, call: Any = None) -> Plan:
     """The Plan of a checked call, its C arguments `values` converted once to cpukern_<op>'s types."""
     args = None if values is None else _abi.arguments("cpukern_" + op, values)
-    return Plan(op, dtype, args, out_shape, out_slot, out_dtype)
+    return Plan(op, dtype, args, out_shape, out_slot, out_dtype, call)
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}
-_torch_types: list[tuple[type, ...]] = []
-_numpy_types: list[Any] = []
-_numpy_head: list[Callable[[Any], tuple[int, int]]] = []  # (data address, writable flag) of an ndarray
 
 _WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
 
@@ -98,31 +98,52 @@ def _head_reader(np: Any) -> Callable[[Any], tuple[int, int]]:
     return _interface_head
 
 
-def _keyed_types() -> tuple[tuple[type, ...], Any]:
-    """(plain torch tensor types, np.ndarray), each once its module is imported."""
-    if not _torch_types and (torch := sys.modules.get("torch")) is not None:
-        _torch_types.append((torch.Tensor, torch.nn.parameter.Parameter))
-    if not _numpy_types and (np := sys.modules.get("numpy")) is not None:
-        _numpy_head.append(_head_reader(np))
-        _numpy_types.append(np.ndarray)
-    return (_torch_types[0] if _torch_types else ()), (_numpy_types[0] if _numpy_types else None)
+# Set by _note_modules once each module is imported (key() looks when it meets a type it does not know yet):
+_ndarray: Any = None  # np.ndarray
+_read_head: Callable[[Any], tuple[int, int]] = _interface_head  # (data address, writable flag) of an ndarray
+_head_at: Any = None  # _ArrayHead.from_address, where _head_reader's check passed: key() reads the head inline
+_header = object.__basicsize__
+_torch_plain: tuple[type, ...] = ()  # torch.Tensor, nn.Parameter
+
+
+def _note_modules() -> bool:
+    """Finds numpy's and torch's plain types (and the array-head reader) once
+    each is imported; True when it found one it did not know."""
+    global _ndarray, _read_head, _head_at, _torch_plain
+    found = False
+    if _ndarray is None and (np := sys.modules.get("numpy")) is not None:
+        _read_head = _head_reader(np)
+        _head_at = _ArrayHead.from_address if _read_head is not _interface_head else None
+        _ndarray, found = np.ndarray, True
+    if not _torch_plain and (torch := sys.modules.get("torch")) is not None:
+        _torch_plain, found = (torch.Tensor, torch.nn.parameter.Parameter), True
+    return found
 
 
 def key(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The key of one call, or None when it must be checked in full."""
-    torch_types, ndarray = _keyed_types()
+    """The key of one call, or None when it must be checked in full. Flat, no
+    calls of its own on the common path: after a kernel that streamed the
+    caches every Python step costs (a w8a8 GEMV's key of five arrays 4.9-5.7
+    us right after a 16 MiB GEMV, against 5.5-9.5 with the helper layers it had)."""
     parts: list[Any] = [op]
     for t in tensors:
-        if t is None:
+        # each tensor's parts start with its type, which says how many follow: keys of different kinds never match
+        kind = type(t)
+        if kind is _ndarray:
+            if _head_at is not None:
+                head = _head_at(id(t) + _header)
+                parts += (kind, head.data, head.flags & _WRITEABLE, t.shape, t.strides, t.dtype)
+            else:
+                parts += (kind, _interface_head(t), t.shape, t.strides, t.dtype)
+        elif t is None:
             parts.append(None)
-        elif type(t) is ndarray:
-            # (address, writable): a tuple, never equal to a tensor's address
-            parts += (_numpy_head[0](t), t.shape, t.strides, t.dtype)
-        elif type(t) in torch_types and t.is_cpu:
+        elif kind in _torch_plain and t.is_cpu:
             try:
-                parts += (t.data_ptr(), t.shape, t.stride(), t.dtype)
+                parts += (kind, t.data_ptr(), t.shape, t.stride(), t.dtype)
             except RuntimeError:  # sparse, mkldnn: no strides; the full checks say why
                 return None
+        elif (_ndarray is None or not _torch_plain) and _note_modules():
+            return key(op, tensors, scalars)  # numpy or torch was imported since: look again (once per module)
         else:
             return None
     for s in scalars:
@@ -142,9 +163,9 @@ def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
     output gets a fresh one (on `like`'s device) when `out` is None."""
     args = plan.args
     if out is None and plan.out_shape is not None:
-        if _numpy_types and type(like) is _numpy_types[0]:
+        if type(like) is _ndarray:
             out = _numpy_empty(plan.out_shape, like.dtype if plan.out_dtype is None else plan.out_dtype)
-            address = _numpy_head[0](out)[0]
+            address = _read_head(out)[0]
         else:
             if plan.out_dtype is None:
                 out = like.new_empty(plan.out_shape)

@@ -30,6 +30,11 @@ class PackedWeights:
     data: Any  # the bytes: a numpy uint8 array or a torch uint8 tensor, packed_nbytes(layout, k, n) long
     _numpy_address: int = field(default=0, init=False, repr=False)  # cached: ndarray.ctypes.data is slow
 
+    @functools.cached_property
+    def memo_key(self) -> tuple[str, int, int, str]:
+        """What a remembered product keys these weights by, beside the bytes (`data`): one attribute read."""
+        return (self.dtype, self.k, self.n, self.layout)
+
     @property
     def shape(self) -> tuple[int, int]:
         return (self.k, self.n)

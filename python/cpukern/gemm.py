@@ -64,8 +64,13 @@ def _check_bf16_kernel_env() -> None:
 
 def _variant() -> tuple[str, Any]:
     """The variant ops run on here: `ops.use_variant`'s, else the dispatcher's."""
-    name = ops._target.get()[0] or DISPATCHER.selected_isa()
+    name = _variant_name()
     return name, DISPATCHER.load_variant(name)
+
+
+def _variant_name() -> str:
+    """The name of _variant(): a product's plan holds the variant's function."""
+    return ops._target.get()[0] or DISPATCHER.selection().selected
 
 
 def packed_layout(dtype: str) -> tuple[str, str]:
@@ -290,18 +295,19 @@ def _output(out: Any, out_dtype: Any, a: Array, m: int, n: int) -> tuple[Any, Ar
 
 
 def _memo_key(op: str, a: Any, b: Any, out: Any, scales: tuple[Any, ...], out_dtype: Any, variant: str) -> Any:
-    """The memo key of a product with packed weights (None: check it in full)."""
+    """The memo key of a product with packed weights (None: check it in full);
+    it names the variant, whose function the plan holds."""
     if type(b) is not PackedWeights:
         return None  # plain weights are packed per call
-    return _memo.key(op, (a, out, b.data, *scales), (out_dtype, variant, b.dtype, b.k, b.n, b.layout))
+    return _memo.key(op, (a, out, b.data, *scales), (out_dtype, variant, b.memo_key))
 
 
-def _run_planned(plan: _memo.Plan, out: Any, a: Any, lib: Any) -> Any:
+def _run_planned(plan: _memo.Plan, out: Any, a: Any) -> Any:
     args = plan.args
     if out is None and plan.out_shape is not None:
         out, args = _memo.bind(plan, out, a)
     if args is not None:
-        status = _abi.prepared("cpukern_" + plan.op, lib)(*args)
+        status = plan.call(*args)
         if status:
             _raise_status("cpukern_" + plan.op, status)
     return out
@@ -329,16 +335,16 @@ def gemm_bf16(a: Any, b: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
 
 
 def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
-    variant, lib = _variant()
+    variant = _variant_name()
     key = _memo_key("gemm_bf16", a, b, out, (), out_dtype, variant)
     plan = _memo.find(key)
     if plan is None:
         # b's bytes (packed for this call when b is a plain matrix) live until the call
-        out, plan, b = _plan_gemm_bf16(a, b, out, out_dtype, variant, lib)
+        out, plan, b = _plan_gemm_bf16(a, b, out, out_dtype, variant, DISPATCHER.load_variant(variant))
         _memo.put(key, plan)
     if plan.args is not None:
         _check_bf16_kernel_env()
-    return _run_planned(plan, out, a, lib)
+    return _run_planned(plan, out, a)
 
 
 def _plan_gemm_bf16(
@@ -353,7 +359,8 @@ def _plan_gemm_bf16(
     allocated = out is None
     out, oa, dtype = _output(out, out_dtype, aa, m, pb.n)
     args = (aa.ptr, lda, b_ptr, m, pb.n, k, oa.ptr, _row_stride(oa), _abi.DTYPE_CODES[dtype]) if m else None
-    return out, _memo.plan("gemm_bf16", "bfloat16", args, (m, pb.n) if allocated else None, 6, dtype), pb
+    call = _abi.prepared("cpukern_gemm_bf16", lib)
+    return out, _memo.plan("gemm_bf16", "bfloat16", args, (m, pb.n) if allocated else None, 6, dtype, call), pb
 
 
 def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any = None, out_dtype: Any = None) -> Any:
@@ -371,13 +378,13 @@ def gemm_w8a8(a: Any, a_scale: Any, b: PackedWeights, b_scale: Any, *, out: Any 
 
 
 def _gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: Any) -> Any:
-    variant, lib = _variant()
+    variant = _variant_name()
     key = _memo_key("gemm_w8a8", a, b, out, (a_scale, b_scale), out_dtype, variant)
     plan = _memo.find(key)
     if plan is None:
-        out, plan = _plan_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype, variant, lib)
+        out, plan = _plan_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype, variant, DISPATCHER.load_variant(variant))
         _memo.put(key, plan)
-    return _run_planned(plan, out, a, lib)
+    return _run_planned(plan, out, a)
 
 
 def _plan_gemm_w8a8(
@@ -397,4 +404,5 @@ def _plan_gemm_w8a8(
     args = (
         (aa.ptr, lda, sa.ptr, b_ptr, sb.ptr, m, pb.n, k, oa.ptr, _row_stride(oa), _abi.DTYPE_CODES[dtype]) if m else None
     )
-    return out, _memo.plan("gemm_w8a8", "int8", args, (m, pb.n) if allocated else None, 8, dtype)
+    call = _abi.prepared("cpukern_gemm_w8a8", lib)
+    return out, _memo.plan("gemm_w8a8", "int8", args, (m, pb.n) if allocated else None, 8, dtype, call)
