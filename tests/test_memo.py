@@ -199,18 +199,23 @@ def test_the_memo_is_bounded() -> None:
 
 
 def test_a_plan_holds_c_values_for_a_function_of_its_own() -> None:
-    """A remembered call passes ctypes values to a function object without
-    argtypes (`_abi.prepared`), distinct from `_abi.function`'s, which keeps
-    converting Python values; a plan of the wrong arity is refused by name."""
+    """A remembered call passes its arguments in 64-bit slots to the function's
+    `_slots` entry (`_abi.prepared`), a function object distinct from
+    `_abi.function`'s, which keeps converting Python values; a float goes as
+    its float32 bits, an int32 wraps as ctypes wraps it; a plan of the wrong
+    arity is refused by name."""
     import ctypes
+    import struct
 
     from cpukern import _abi
 
     plain, prepared = _abi.function("cpukern_rms_norm"), _abi.prepared("cpukern_rms_norm")
     assert plain is not prepared and plain.argtypes and not prepared.argtypes
-    values = _abi.arguments("cpukern_rms_norm", (1, 2, 3, 4, 5, 6, 7, 0.5, 1))
-    assert [type(v) for v in values] == [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_float, ctypes.c_int32]
-    assert values[7].value == 0.5
+    assert prepared.__name__ == "cpukern_rms_norm_slots"
+    slots = _abi.arguments("cpukern_rms_norm", (None, 2, 3, 4, 5, 6, 7, 0.5, 2**31 + 1))
+    assert isinstance(slots, ctypes.Array) and slots._type_ is ctypes.c_int64
+    assert list(slots) == [0, 2, 3, 4, 5, 6, 7, struct.unpack("<I", struct.pack("<f", 0.5))[0], -(2**31) + 1]
+    assert _abi.arguments("cpukern_rms_norm", (1, 2, 3, 4, 5, 6, 7, 1e300, 1))[7] == 0x7F800000  # c_float's inf
     with pytest.raises(TypeError, match="cpukern_rms_norm: 2 arguments, the signature has 9"):
         _abi.arguments("cpukern_rms_norm", (1, 2))
     x = torch.randn(3, 16)

@@ -266,3 +266,5 @@ CPUKERN_API int32_t cpukern_silu_and_mul(void* out, const void* x, int64_t rows,
         cpukern::silu_and_mul(static_cast<T*>(out), static_cast<const T*>(x), rows, d, x_stride, out_stride);
     });
 }
+
+CPUKERN_SLOTS(cpukern_silu_and_mul)

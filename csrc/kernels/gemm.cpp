@@ -201,3 +201,6 @@ CPUKERN_API int32_t cpukern_gemm_w8a8(const void* a, int64_t lda, const float* a
                         offset ? reinterpret_cast<const int32_t*>(pb + L.colsum_offset(K, N)) : nullptr};
     return dispatch<Int8>(static_cast<const int8_t*>(a), lda, M, N, K, pb, L, epi);
 }
+
+CPUKERN_SLOTS(cpukern_gemm_bf16)
+CPUKERN_SLOTS(cpukern_gemm_w8a8)

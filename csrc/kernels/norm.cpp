@@ -207,3 +207,6 @@ CPUKERN_API int32_t cpukern_fused_add_rms_norm(void* x, void* residual, const vo
                                     hidden, x_stride, res_stride, eps);
     });
 }
+
+CPUKERN_SLOTS(cpukern_rms_norm)
+CPUKERN_SLOTS(cpukern_fused_add_rms_norm)

@@ -161,3 +161,5 @@ CPUKERN_API int32_t cpukern_rotary_embedding(const int64_t* positions, int64_t p
                                rot_dim, is_neox != 0);
     });
 }
+
+CPUKERN_SLOTS(cpukern_rotary_embedding)

@@ -150,3 +150,8 @@ CPUKERN_API int32_t cpukern_ref_rotary_embedding(const int64_t* positions, int64
                             is_neox != 0);
     });
 }
+
+CPUKERN_SLOTS(cpukern_ref_rms_norm)
+CPUKERN_SLOTS(cpukern_ref_fused_add_rms_norm)
+CPUKERN_SLOTS(cpukern_ref_silu_and_mul)
+CPUKERN_SLOTS(cpukern_ref_rotary_embedding)

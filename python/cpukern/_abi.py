@@ -3,9 +3,12 @@
 Every op module declares its C functions' signatures with `signature` (once,
 at import of that module: no I/O) and calls them with `call`, which binds the
 function in the selected (or a given) variant library on first use. A
-remembered call (`_memo.Plan`) holds its arguments converted once
-(`arguments`) and calls `prepared(name, lib)`, which converts nothing: ~1 us
-less per call of 9-11 arguments after a kernel that streamed the caches.
+remembered call (`_memo.Plan`) holds its arguments converted once into 64-bit
+slots (`arguments`) and calls `prepared(name, lib)`, the function's
+`<name>_slots` entry (CPUKERN_SLOTS, csrc export.h), with that one array:
+ctypes converts one argument, not nine to eighteen (an 11-argument call
+~0.4 us instead of ~1.2 warm, ~0.8 instead of ~2.1 right after a kernel that
+streamed the caches).
 """
 
 from __future__ import annotations
@@ -46,22 +49,32 @@ def function(name: str, lib: ctypes.CDLL | None = None) -> Any:
     return fn
 
 
-def arguments(name: str, values: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`values` as the C types of `name`'s signature, for `prepared`."""
+def arguments(name: str, values: tuple[Any, ...]) -> Any:
+    """`values` in the 64-bit slots of `name`'s `_slots` entry, for `prepared`: a
+    pointer or an integer as itself, a float (f32) as its bits, as ctypes
+    converts each for `function`. Indexing the array gives the slots back."""
     argtypes, _ = _signatures[name]
     if len(values) != len(argtypes):
         raise TypeError(f"{name}: {len(values)} arguments, the signature has {len(argtypes)}")
-    return tuple(ctype(value) for ctype, value in zip(argtypes, values, strict=True))
+    return (ctypes.c_int64 * len(values))(*(_slot(ctype, value) for ctype, value in zip(argtypes, values, strict=True)))
+
+
+def _slot(ctype: Any, value: Any) -> int:
+    if ctype is f32:
+        return ctypes.c_uint32.from_buffer(f32(value)).value
+    if ctype is ptr:
+        return int(value or 0)
+    return int(ctype(value).value)  # an integer type's own wrap-around (i32 of 2**31 is negative)
 
 
 def prepared(name: str, lib: ctypes.CDLL | None = None) -> Any:
-    """`name` in `lib` for arguments made by `arguments`: no argtypes, so ctypes
-    passes them as they are (a separate function object from `function`'s)."""
+    """`name`'s `_slots` entry in `lib`, for the slots `arguments` made: called
+    with that one array (a separate function object from `function`'s)."""
     lib = lib if lib is not None else DISPATCHER.library()
     key = (id(lib), name)
     fn = _prepared.get(key)
     if fn is None:
-        fn = lib[name]  # a new object each time, unlike getattr's
+        fn = lib[name + "_slots"]  # no argtypes: ctypes passes an array as its address
         fn.restype = _signatures[name][1]
         _prepared[key] = fn
     return fn

@@ -32,7 +32,7 @@ LIMIT = 4096
 
 class Plan(NamedTuple):
     """What the checks of one call decided: the C arguments of `op` (None:
-    an empty input, nothing to run), as ctypes values for `_abi.prepared`;
+    an empty input, nothing to run), in the slots `_abi.prepared` takes;
     when the op allocated its output, `out_shape`, its dtype (None: the first
     argument's) and the argument index of the output's address; `call`, the
     function to run them with where the key names the variant (None: looked
@@ -49,7 +49,7 @@ class Plan(NamedTuple):
 
 def plan(op: str, dtype: str, values: tuple[Any, ...] | None, out_shape: tuple[int, ...] | None = None,
          out_slot: int = 0, out_dtype: str | None = None, call: Any = None) -> Plan:
-    """The Plan of a checked call, its C arguments `values` converted once to cpukern_<op>'s types."""
+    """The Plan of a checked call, its C arguments `values` converted once into cpukern_<op>'s slots."""
     args = None if values is None else _abi.arguments("cpukern_" + op, values)
     return Plan(op, dtype, args, out_shape, out_slot, out_dtype, call)
 
@@ -173,7 +173,8 @@ def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
                 out = like.new_empty(plan.out_shape, dtype=getattr(sys.modules["torch"], plan.out_dtype))
             address = out.data_ptr()
         if args is not None:
-            args = (*args[: plan.out_slot], ctypes.c_void_p(address), *args[plan.out_slot + 1 :])
+            args = type(args).from_buffer_copy(args)
+            args[plan.out_slot] = address
     return out, args
 
 

@@ -307,7 +307,7 @@ def _run_planned(plan: _memo.Plan, out: Any, a: Any) -> Any:
     if out is None and plan.out_shape is not None:
         out, args = _memo.bind(plan, out, a)
     if args is not None:
-        status = plan.call(*args)
+        status = plan.call(args)
         if status:
             _raise_status("cpukern_" + plan.op, status)
     return out

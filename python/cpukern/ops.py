@@ -122,7 +122,7 @@ def _execute(plan: Plan, out: Any, like: Any) -> tuple[Any, int]:
         out, args = _memo.bind(plan, out, like)
     if args is None:
         return out, 0
-    status: int = _kernel(plan.op, plan.dtype)(*args)
+    status: int = _kernel(plan.op, plan.dtype)(args)
     if status == 2:
         raise TypeError(f"{plan.op}: dtype {plan.dtype} is not supported by this variant")
     return out, status
@@ -419,7 +419,7 @@ def _rotary_embedding(
         _memo.put(memo_key, plan)
     status = _execute(plan, query, query)[1]
     if status == 1:
-        max_position = plan.args[13].value if plan.args is not None else 0
+        max_position = plan.args[13] if plan.args is not None else 0
         values = wrap(positions, "positions").obj.reshape(-1)
         bad = [int(v) for v in values.tolist() if not 0 <= int(v) < max_position][:3]
         raise ValueError(f"positions: values must lie in [0, {max_position}), found {bad} (rows of cos_sin_cache)")
