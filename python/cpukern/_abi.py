@@ -26,6 +26,8 @@ _signatures: dict[str, tuple[list[Any], Any]] = {}
 _bound: dict[tuple[int, str], Any] = {}
 _prepared: dict[tuple[int, str], Any] = {}
 
+Slots = ctypes.Array[ctypes.c_int64]  # the arguments of a `_slots` entry (`arguments`)
+
 ptr = ctypes.c_void_p
 i32 = ctypes.c_int32
 i64 = ctypes.c_int64
@@ -49,14 +51,15 @@ def function(name: str, lib: ctypes.CDLL | None = None) -> Any:
     return fn
 
 
-def arguments(name: str, values: tuple[Any, ...]) -> Any:
+def arguments(name: str, values: tuple[Any, ...]) -> Slots:
     """`values` in the 64-bit slots of `name`'s `_slots` entry, for `prepared`: a
     pointer or an integer as itself, a float (f32) as its bits, as ctypes
     converts each for `function`. Indexing the array gives the slots back."""
     argtypes, _ = _signatures[name]
     if len(values) != len(argtypes):
         raise TypeError(f"{name}: {len(values)} arguments, the signature has {len(argtypes)}")
-    return (ctypes.c_int64 * len(values))(*(_slot(ctype, value) for ctype, value in zip(argtypes, values, strict=True)))
+    slots: Slots = (ctypes.c_int64 * len(values))(*(_slot(ctype, value) for ctype, value in zip(argtypes, values, strict=True)))
+    return slots
 
 
 def _slot(ctype: Any, value: Any) -> int:

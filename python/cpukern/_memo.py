@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import _abi
+from ._abi import Slots
 
 # An upper bound, not a cache policy: a model's working set of distinct
 # (buffer, shape) keys is small; a caller cycling through fresh buffers
@@ -40,7 +41,7 @@ class Plan(NamedTuple):
 
     op: str
     dtype: str
-    args: tuple[Any, ...] | None
+    args: Slots | None
     out_shape: tuple[int, ...] | None = None
     out_slot: int = 0
     out_dtype: str | None = None
@@ -158,7 +159,7 @@ def lookup(op: str, tensors: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple
     return k, (None if k is None else _plans.get(k))
 
 
-def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, tuple[Any, ...] | None]:
+def bind(plan: Plan, out: Any, like: Any) -> tuple[Any, Slots | None]:
     """(output, C arguments) of a planned call: a plan that allocated its
     output gets a fresh one (on `like`'s device) when `out` is None."""
     args = plan.args
