@@ -84,6 +84,39 @@ def test_registered_schemas_declare_mutations() -> None:
         assert written == mutated, f"{name}: {schema}"
 
 
+def test_operators_bump_what_they_write_and_run_in_inference_mode() -> None:
+    """The kernels registered through torch.library's low-level API bump the
+    version counter of each tensor they write, as custom_op's layer did, so
+    autograd still refuses a saved tensor modified afterwards; inference
+    tensors (no counter) run as well; a second call gives the same result."""
+    cpukern.register_torch_ops()
+    t = example_inputs(torch.float32)
+    out = torch.empty(5, 64)
+    calls = [
+        (lambda: torch.ops.cpukern.rms_norm(out, t["x"], t["weight"], 1e-6), [out]),
+        (lambda: torch.ops.cpukern.fused_add_rms_norm(t["x"], t["residual"], t["weight"], 1e-6), [t["x"], t["residual"]]),
+        (lambda: torch.ops.cpukern.silu_and_mul(out[:, :48], t["gate_up"]), [out]),
+        (lambda: torch.ops.cpukern.rotary_embedding(t["positions"], t["query"], t["key"], 16, t["cache"], True),
+         [t["query"], t["key"]]),
+        (lambda: torch.ops.cpukern.rotary_embedding(t["positions"], t["query"], None, 16, t["cache"], True), [t["query"]]),
+    ]
+    for call, written in calls:
+        before = [w._version for w in written]
+        call()
+        assert all(w._version > v for w, v in zip(written, before, strict=True)), call
+    w = torch.randn(64, requires_grad=True)
+    x = t["x"].clone()
+    y = (x * w).sum()  # saves x for w's gradient
+    torch.ops.cpukern.rms_norm(x, t["residual"], t["weight"], 1e-6)  # writes x
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    with torch.inference_mode():
+        i = example_inputs(torch.bfloat16, seed=2)
+        got = torch.empty(5, 64, dtype=torch.bfloat16)
+        torch.ops.cpukern.rms_norm(got, i["x"], i["weight"], 1e-6)
+        assert torch.equal(got, cpukern.rms_norm(i["x"], i["weight"], 1e-6))
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit internals opcheck uses
 def test_opcheck() -> None:
     """torch's own checks: schema vs real mutations, fake tensors, AOT dispatch."""

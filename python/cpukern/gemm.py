@@ -20,7 +20,7 @@ is checked against the variant that runs the product; after switching
 variants (CPUKERN_ISA, `ops.use_variant`) pack again.
 
 With torch tensors the calls also run under torch.compile: while it traces,
-they call the custom operators torch.ops.cpukern.{pack_b, gemm_bf16,
+they call the operators torch.ops.cpukern.{pack_b, gemm_bf16,
 gemm_bf16_packed, gemm_w8a8} (see _torch.py); the packed bytes are a uint8
 tensor (`PackedWeights.data`) that the operators read with the layout text.
 """
