@@ -260,6 +260,10 @@ void silu_and_mul(T* out, const T* x, int64_t rows, int64_t d, int64_t x_stride,
 CPUKERN_API int32_t cpukern_silu_and_mul(void* out, const void* x, int64_t rows, int64_t d, int64_t x_stride,
                                          int64_t out_stride, int32_t dtype) {
     if (rows < 0 || d < 0) return CPUKERN_EINVAL;
+    // CPUKERN_SILU_LUT is "0", "1" or unset (empty) on every variant, whether it reads it or not
+    if (const char* force = std::getenv("CPUKERN_SILU_LUT");
+        force && *force && std::strcmp(force, "0") != 0 && std::strcmp(force, "1") != 0)
+        return CPUKERN_EENV;
     if (rows == 0 || d == 0) return cpukern::by_dtype(dtype, [](auto) {});
     return cpukern::by_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
