@@ -278,9 +278,18 @@ def test_silu_and_mul_propagates_nan_and_inf(dtype: str, silu_path: str) -> None
 
 
 def test_silu_table_env_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel refuses a bad value (CPUKERN_EENV), remembered calls too:
+    the Python side reads the environment only then."""
+    x, out = np.ones((1, 4), np.float32), np.empty((1, 2), np.float32)
+    cpukern.silu_and_mul(x, out=out)  # remembered from here on
     monkeypatch.setenv(ops.SILU_TABLE_ENV, "yes")
+    for _ in range(2):
+        with pytest.raises(ValueError, match="CPUKERN_SILU_LUT='yes': expected 0 or 1"):
+            cpukern.silu_and_mul(x, out=out)
     with pytest.raises(ValueError, match="CPUKERN_SILU_LUT='yes': expected 0 or 1"):
         cpukern.silu_and_mul(np.ones((1, 4), np.float32))
+    monkeypatch.setenv(ops.SILU_TABLE_ENV, "")
+    cpukern.silu_and_mul(x, out=out)
 
 
 def test_silu_and_mul_layouts() -> None:

@@ -88,7 +88,7 @@ def test_operators_bump_what_they_write_and_run_in_inference_mode() -> None:
     """The kernels registered through torch.library's low-level API bump the
     version counter of each tensor they write, as custom_op's layer did, so
     autograd still refuses a saved tensor modified afterwards; inference
-    tensors (no counter) run as well; a second call gives the same result."""
+    tensors (no counter) run as well and give what the eager call gives."""
     cpukern.register_torch_ops()
     t = example_inputs(torch.float32)
     out = torch.empty(5, 64)
