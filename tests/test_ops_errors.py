@@ -160,3 +160,24 @@ def test_unknown_and_unsupported_variants() -> None:
     if beyond:  # a variant built here that this CPU cannot run: refused before loading it
         with pytest.raises(cpukern.UnsupportedISAError, match=beyond[-1]), ops.use_variant(beyond[-1]):
             pass
+
+
+def test_abi_codes_match_the_c_header() -> None:
+    """The dtype and status codes of python/cpukern/_abi.py are export.h's enums."""
+    from cpukern import _abi
+    from testsupport import REPO
+
+    header = (REPO / "csrc" / "include" / "cpukern" / "export.h").read_text()
+
+    def enum(name: str) -> dict[str, int]:
+        body = re.search(r"enum " + name + r" : int32_t \{(.*?)\};", header, re.S)
+        assert body, f"export.h has no enum {name}"
+        return {k: int(v) for k, v in re.findall(r"(CPUKERN_\w+) = (\d+)", body.group(1))}
+
+    dtypes = enum("CpukernDtype")
+    header_dtypes = {"float32": dtypes["CPUKERN_F32"], "bfloat16": dtypes["CPUKERN_BF16"], "float16": dtypes["CPUKERN_F16"]}
+    assert header_dtypes == _abi.DTYPE_CODES
+    statuses = enum("CpukernStatus")
+    python = {"CPUKERN_" + k.removeprefix("STATUS_"): v for k, v in vars(_abi).items() if k.startswith("STATUS_E")}
+    assert python == {k: v for k, v in statuses.items() if k != "CPUKERN_OK"}
+    assert set(_abi.STATUS_TEXT) == set(python.values()), "every status has its text"

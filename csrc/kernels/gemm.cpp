@@ -19,8 +19,6 @@ namespace cpukern {
 namespace gemm {
 namespace {
 
-constexpr int32_t kStatusNoMemory = 3;
-
 // The kernels of one GEMM kind: `Small` for every M, `Large` from kLargeM rows
 // on (0: never). Both read the same packed-B layout.
 template <class S, class L, int64_t LargeM>
@@ -126,7 +124,7 @@ int32_t dispatch(const typename Ks::Small::AIn* a, int64_t lda, int64_t M, int64
                  const Layout& L, const Epi& epi) {
     const bool ok = Ks::large(M) ? run<typename Ks::Large>(a, lda, M, N, K, packed, L, epi)
                                  : run<typename Ks::Small>(a, lda, M, N, K, packed, L, epi);
-    return ok ? CPUKERN_OK : kStatusNoMemory;
+    return ok ? CPUKERN_OK : CPUKERN_ENOMEM;
 }
 
 }  // namespace

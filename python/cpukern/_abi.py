@@ -18,9 +18,15 @@ from typing import Any
 
 from ._dispatch import DISPATCHER
 
-# must match CpukernDtype in csrc/include/cpukern/export.h
+# must match CpukernDtype and CpukernStatus in csrc/include/cpukern/export.h
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
-STATUS_TEXT = {1: "invalid argument", 2: "dtype not supported by this variant"}
+STATUS_EINVAL, STATUS_EDTYPE, STATUS_ENOMEM, STATUS_EENV = 1, 2, 3, 4
+STATUS_TEXT = {
+    STATUS_EINVAL: "invalid argument",
+    STATUS_EDTYPE: "dtype not supported by this variant",
+    STATUS_ENOMEM: "out of memory",
+    STATUS_EENV: "an environment override has a value the kernel does not know",
+}
 
 _signatures: dict[str, tuple[list[Any], Any]] = {}
 _bound: dict[tuple[int, str], Any] = {}

@@ -40,7 +40,6 @@ from ._packed import OUT_DTYPES, PackedWeights, b_type_error, dtype_name, layout
 __all__ = ["PackedWeights", "gemm_bf16", "gemm_w8a8", "pack_b", "pack_b_int8"]
 
 _KIND_CODE = {"bfloat16": 0, "int8": 1}
-_STATUS_NO_MEMORY = 3
 
 _abi.signature("cpukern_gemm_layout", i32, restype=ctypes.c_char_p)
 _abi.signature("cpukern_gemm_kernel", i32, i64, restype=ctypes.c_char_p)
@@ -317,7 +316,7 @@ def _run_planned(plan: _memo.Plan, out: Any, a: Any) -> Any:
 
 
 def _raise_status(fn_name: str, status: int) -> None:
-    if status == _STATUS_NO_MEMORY:
+    if status == _abi.STATUS_ENOMEM:
         raise MemoryError(f"{fn_name}: out of memory for the packing buffers")
     raise RuntimeError(f"{fn_name} failed with status {status} after argument checks passed (a cpukern bug)")
 

@@ -323,7 +323,6 @@ def silu_and_mul(x: Any, *, out: Any = None) -> Any:
 # Data Sampling mitigation or the core is AMD's
 # (csrc/kernels/activation.cpp, use_silu_table); "0" / "1" force it.
 SILU_TABLE_ENV = "CPUKERN_SILU_LUT"
-_STATUS_BAD_ENV = 4  # CPUKERN_EENV (csrc export.h)
 
 
 def _silu_and_mul(x: Any, out: Any) -> Any:
@@ -332,7 +331,7 @@ def _silu_and_mul(x: Any, out: Any) -> Any:
         out, plan = _plan_silu_and_mul(x, out)
         _memo.put(key, plan)
     out, status = _execute(plan, out, x)
-    if status == _STATUS_BAD_ENV:  # the kernel read the override: no os.environ.get per call (~1.3 us unset)
+    if status == _abi.STATUS_EENV:  # the kernel read the override: no os.environ.get per call (~1.3 us unset)
         value = os.environ.get(SILU_TABLE_ENV, "")
         raise ValueError(f"{SILU_TABLE_ENV}={value!r}: expected 0 or 1 (or unset: by host)")
     _check("silu_and_mul", status)

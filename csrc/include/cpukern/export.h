@@ -42,7 +42,14 @@ inline R call_slots(R (*fn)(A...), const int64_t* slots) {
 // dtype codes shared with python/cpukern/_abi.py
 enum CpukernDtype : int32_t { CPUKERN_F32 = 0, CPUKERN_BF16 = 1, CPUKERN_F16 = 2 };
 
-// status codes: 0 ok; CPUKERN_EENV: an override the op reads from the environment has a
-// value it does not know (checked where it is read, so that the Python side reads none per
-// call; it then names the variable); anything else is a bug in the Python-side validation
-enum CpukernStatus : int32_t { CPUKERN_OK = 0, CPUKERN_EINVAL = 1, CPUKERN_EDTYPE = 2, CPUKERN_EENV = 4 };
+// status codes, shared with python/cpukern/_abi.py: 0 ok; CPUKERN_ENOMEM: a GEMM's scratch
+// buffers could not be allocated; CPUKERN_EENV: an override the op reads from the environment
+// has a value it does not know (checked where it is read, so that the Python side reads none
+// per call; it then names the variable); EINVAL / EDTYPE: a bug in the Python-side validation
+enum CpukernStatus : int32_t {
+    CPUKERN_OK = 0,
+    CPUKERN_EINVAL = 1,
+    CPUKERN_EDTYPE = 2,
+    CPUKERN_ENOMEM = 3,
+    CPUKERN_EENV = 4
+};
