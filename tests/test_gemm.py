@@ -102,10 +102,12 @@ def test_gemm_w8a8_matches_float64(variant: str, shape: tuple[int, int, int]) ->
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_w8a8_extremes_are_exact(variant: str) -> None:
-    """-128 x -128 everywhere: saturating int16 tricks (vpmaddubsw) fail here."""
+@pytest.mark.parametrize("a_value", [-128, 127])
+def test_w8a8_extremes_are_exact(variant: str, a_value: int) -> None:
+    """-128 x -128 everywhere: saturating int16 tricks (vpmaddubsw) fail here;
+    127 (+128: both nibbles 15) x -128: the largest sums of the nibble GEMV."""
     m, n, k = 40, 20, 1000
-    a = np.full((m, k), -128, np.int8)
+    a = np.full((m, k), a_value, np.int8)
     b = np.full((k, n), -128, np.int8)
     b[:, 1::2] = 127
     ones_m, ones_n = np.ones(m, np.float32), np.ones(n, np.float32)

@@ -19,15 +19,24 @@ namespace cpukern {
 namespace gemm {
 namespace {
 
+constexpr int kmax(int a, int b) { return a > b ? a : b; }
+
 // The kernels of one GEMM kind: `Small` for every M, `Large` from kLargeM rows
-// on (0: never). Both read the same packed-B layout.
-template <class S, class L, int64_t LargeM>
+// on (0: never), `Gemv` for one row below those. All read the same packed-B layout.
+template <class S, class L, int64_t LargeM, class G = S>
 struct Kernels {
     using Small = S;
     using Large = L;
+    using Gemv = G;
     static constexpr int64_t kLargeM = LargeM;
     static bool large(int64_t M) { return kLargeM > 0 && M >= kLargeM; }
-    static_assert(S::NR == L::NR && S::KG == L::KG, "one packed layout per kind and variant");
+    static bool gemv(int64_t M) { return M == 1 && !large(M); }
+    static bool offsets_a(int64_t M) { return large(M) ? L::kOffsetA : gemv(M) ? G::kOffsetA : S::kOffsetA; }
+    static const char* name(int64_t M) { return large(M) ? L::kName : gemv(M) ? G::kName : S::kName; }
+    static constexpr int kpad() { return kmax(kmax(S::kAkg, L::kAkg), G::kAkg); }
+    static constexpr bool colsum() { return S::kOffsetA || L::kOffsetA || G::kOffsetA; }
+    static_assert(S::NR == L::NR && S::KG == L::KG && G::NR == S::NR && G::KG == S::KG,
+                  "one packed layout per kind and variant");
 };
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AVX512BF16__)
@@ -64,12 +73,13 @@ using Int8 = Kernels<Smmla, Smmla, 0>;
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<Sdot, Sdot, 0>;
+#elif defined(CPUKERN_NIBBLE_GEMV)
+using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
+using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16, NibbleGemv>;
 #else
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16>;
 #endif
-
-constexpr int kmax(int a, int b) { return a > b ? a : b; }
 
 #ifdef CPUKERN_BF16_BY_HOST
 static_assert(GenericBf16Wide::kAkg == Dpbf16::kAkg, "the widened kernel reads what vdpbf16ps reads");
@@ -97,10 +107,8 @@ bool widened_bf16_for(int64_t M) { return Bf16Widened::large(M) && !Bf16::large(
 Layout layout(int32_t kind) {
     using B = Bf16;
     using I = Int8;
-    if (kind == kKindBf16)
-        return Layout{kKindBf16, B::Small::NR, B::Small::KG, kmax(B::Small::kAkg, B::Large::kAkg), 2, false};
-    return Layout{kKindInt8, I::Small::NR, I::Small::KG, kmax(I::Small::kAkg, I::Large::kAkg), 1,
-                  I::Small::kOffsetA || I::Large::kOffsetA};
+    if (kind == kKindBf16) return Layout{kKindBf16, B::Small::NR, B::Small::KG, B::kpad(), 2, false};
+    return Layout{kKindInt8, I::Small::NR, I::Small::KG, I::kpad(), 1, I::colsum()};
 }
 
 bool valid_kind(int32_t kind) { return kind == kKindBf16 || kind == kKindInt8; }
@@ -122,8 +130,9 @@ std::string describe(int32_t kind) {
 template <class Ks, class Epi>
 int32_t dispatch(const typename Ks::Small::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K, const uint8_t* packed,
                  const Layout& L, const Epi& epi) {
-    const bool ok = Ks::large(M) ? run<typename Ks::Large>(a, lda, M, N, K, packed, L, epi)
-                                 : run<typename Ks::Small>(a, lda, M, N, K, packed, L, epi);
+    const bool ok = Ks::large(M)  ? run<typename Ks::Large>(a, lda, M, N, K, packed, L, epi)
+                    : Ks::gemv(M) ? run<typename Ks::Gemv>(a, lda, M, N, K, packed, L, epi)
+                                  : run<typename Ks::Small>(a, lda, M, N, K, packed, L, epi);
     return ok ? CPUKERN_OK : CPUKERN_ENOMEM;
 }
 
@@ -144,10 +153,10 @@ CPUKERN_API const char* cpukern_gemm_layout(int32_t kind) {
 CPUKERN_API const char* cpukern_gemm_kernel(int32_t kind, int64_t M) {
 #ifdef CPUKERN_BF16_BY_HOST
     if (kind == kKindBf16 && widened_bf16_for(M))
-        return Bf16Widened::large(M) ? Bf16Widened::Large::kName : Bf16Widened::Small::kName;
+        return Bf16Widened::name(M);
 #endif
-    if (kind == kKindBf16) return Bf16::large(M) ? Bf16::Large::kName : Bf16::Small::kName;
-    if (kind == kKindInt8) return Int8::large(M) ? Int8::Large::kName : Int8::Small::kName;
+    if (kind == kKindBf16) return Bf16::name(M);
+    if (kind == kKindInt8) return Int8::name(M);
     return "";
 }
 
@@ -194,7 +203,7 @@ CPUKERN_API int32_t cpukern_gemm_w8a8(const void* a, int64_t lda, const float* a
     if (out_dtype != CPUKERN_F32 && out_dtype != CPUKERN_BF16) return CPUKERN_EDTYPE;
     const Layout L = layout(kKindInt8);
     const uint8_t* pb = static_cast<const uint8_t*>(packed);
-    const bool offset = Int8::large(M) ? Int8::Large::kOffsetA : Int8::Small::kOffsetA;
+    const bool offset = Int8::offsets_a(M);
     const EpiScaled epi{out, ldo, out_dtype == CPUKERN_BF16, a_scale, b_scale,
                         offset ? reinterpret_cast<const int32_t*>(pb + L.colsum_offset(K, N)) : nullptr};
     return dispatch<Int8>(static_cast<const int8_t*>(a), lda, M, N, K, pb, L, epi);
