@@ -120,12 +120,14 @@ void pack_b(const T* b, int64_t K, int64_t N, int64_t sk, int64_t sn, const Layo
                 }
             }
             if (colsum) {
-                for (int j = 0; j < L.nr; ++j) {
-                    int32_t s = 0;
-                    const int64_t n = n0 + j;
-                    if (n < N)
-                        for (int64_t k = 0; k < K; ++k) s += static_cast<int32_t>(b[k * sk + n * sn]);
-                    colsum[n0 + j] = s;
+                // from the panel just written (in cache, contiguous; padding is zero): summed down
+                // b's columns instead, a 4096 x 4096 int8 pack took 3.0x the time (avx2; avx512vnni 2.2x)
+                int32_t* sums = colsum + n0;
+                for (int j = 0; j < L.nr; ++j) sums[j] = 0;
+                for (int64_t g = 0; g < groups; ++g) {
+                    const T* group = panel + g * L.nr * L.kg;
+                    for (int j = 0; j < L.nr; ++j)
+                        for (int i = 0; i < L.kg; ++i) sums[j] += static_cast<int32_t>(group[j * L.kg + i]);
                 }
             }
         }
