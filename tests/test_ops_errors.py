@@ -162,12 +162,16 @@ def test_unknown_and_unsupported_variants() -> None:
             pass
 
 
-def test_abi_codes_match_the_c_header() -> None:
-    """The dtype and status codes of python/cpukern/_abi.py are export.h's enums."""
-    from cpukern import _abi
+def test_abi_codes_match_the_c_headers() -> None:
+    """The dtype and status codes of python/cpukern/_abi.py are export.h's enums,
+    gemm.py's packed-weight kinds gemm.h's."""
+    from cpukern import _abi, gemm
     from testsupport import REPO
 
-    header = (REPO / "csrc" / "include" / "cpukern" / "export.h").read_text()
+    include = REPO / "csrc" / "include" / "cpukern"
+    header = (include / "export.h").read_text()
+    kinds = dict(re.findall(r"constexpr int32_t (kKind\w+) = (\d+);", (include / "gemm.h").read_text()))
+    assert {"bfloat16": int(kinds["kKindBf16"]), "int8": int(kinds["kKindInt8"])} == gemm._KIND_CODE
 
     def enum(name: str) -> dict[str, int]:
         body = re.search(r"enum " + name + r" : int32_t \{(.*?)\};", header, re.S)
