@@ -10,9 +10,9 @@ of checking again (a one-token rms_norm: ~12 us -> ~5 us when the memo came,
 takes ~3 us). Plain CPU tensors (torch.Tensor, nn.Parameter) and plain
 numpy arrays (np.ndarray itself) are keyed - an array by its data address and
 writable flag, so an array made read-only is checked again (a GEMV with 16
-MiB of int8 weights: ~20 us of checks per numpy call, 6 % of it); subclasses and anything unusual take the full checks
-every time. A plan holds integers and shapes, never an array: nothing is kept
-alive. An array's address is read from the array object (`_head_reader`).
+MiB of int8 weights: ~20 us of checks per numpy call, 6 % of it); subclasses
+and anything unusual take the full checks every time. A plan holds integers
+and shapes, never an array: nothing is kept alive. An array's address is read from the array object (`_head_reader`).
 """
 
 from __future__ import annotations
