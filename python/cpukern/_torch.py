@@ -55,10 +55,15 @@ def register_gemm(*, pack_b: Callable[..., Any], gemm_bf16: Callable[..., Any], 
 _libraries: list[Any] = []  # kept: a Library that is collected takes its operators with it
 
 
-def _op(schema: str, kernel: Callable[..., Any], fake: Callable[..., Any]) -> None:
-    """Defines cpukern::<schema> with `kernel` for CPU tensors and `fake` for torch.compile."""
+def _fragment() -> torch.library.Library:
+    """A new fragment of the cpukern namespace (one per group of ops), kept alive."""
     library = torch.library.Library("cpukern", "FRAGMENT")  # type: ignore[no-untyped-call]
     _libraries.append(library)
+    return library
+
+
+def _op(library: torch.library.Library, schema: str, kernel: Callable[..., Any], fake: Callable[..., Any]) -> None:
+    """Defines cpukern::<schema> in `library` with `kernel` for CPU tensors and `fake` for torch.compile."""
     name = schema.split("(", 1)[0]
     library.define(schema)  # type: ignore[no-untyped-call]
     library.impl(name, kernel, "CPU")  # type: ignore[no-untyped-call]
@@ -95,11 +100,12 @@ def _define(
         rotary_embedding_impl(positions, query, key, head_size, cos_sin_cache, is_neox)
         _bump((query,) if key is None else (query, key))
 
-    _op("rms_norm(Tensor(a0!) out, Tensor x, Tensor weight, float eps) -> ()", rms_norm, _no_output)
-    _op("fused_add_rms_norm(Tensor(a0!) x, Tensor(a1!) residual, Tensor weight, float eps) -> ()",
+    library = _fragment()
+    _op(library, "rms_norm(Tensor(a0!) out, Tensor x, Tensor weight, float eps) -> ()", rms_norm, _no_output)
+    _op(library, "fused_add_rms_norm(Tensor(a0!) x, Tensor(a1!) residual, Tensor weight, float eps) -> ()",
         fused_add_rms_norm, _no_output)
-    _op("silu_and_mul(Tensor(a0!) out, Tensor x) -> ()", silu_and_mul, _no_output)
-    _op("rotary_embedding(Tensor positions, Tensor(a1!) query, Tensor(a2!)? key, SymInt head_size, "
+    _op(library, "silu_and_mul(Tensor(a0!) out, Tensor x) -> ()", silu_and_mul, _no_output)
+    _op(library, "rotary_embedding(Tensor positions, Tensor(a1!) query, Tensor(a2!)? key, SymInt head_size, "
         "Tensor cos_sin_cache, bool is_neox) -> ()", rotary_embedding, _no_output)
 
 
@@ -130,11 +136,12 @@ def _define_gemm(
         gemm_w8a8_impl(a, a_scale, _from_op(b_packed, k, n, layout), b_scale, out, None)
         _bump((out,))
 
-    _op("pack_b(Tensor b, str layout) -> Tensor", pack_b, pack_b_fake)
-    _op("gemm_bf16(Tensor(a0!) out, Tensor a, Tensor b) -> ()", gemm_bf16, _no_output)
-    _op("gemm_bf16_packed(Tensor(a0!) out, Tensor a, Tensor b_packed, SymInt k, SymInt n, str layout) -> ()",
+    library = _fragment()
+    _op(library, "pack_b(Tensor b, str layout) -> Tensor", pack_b, pack_b_fake)
+    _op(library, "gemm_bf16(Tensor(a0!) out, Tensor a, Tensor b) -> ()", gemm_bf16, _no_output)
+    _op(library, "gemm_bf16_packed(Tensor(a0!) out, Tensor a, Tensor b_packed, SymInt k, SymInt n, str layout) -> ()",
         gemm_bf16_packed, _no_output)
-    _op("gemm_w8a8(Tensor(a0!) out, Tensor a, Tensor a_scale, Tensor b_packed, Tensor b_scale, SymInt k, "
+    _op(library, "gemm_w8a8(Tensor(a0!) out, Tensor a, Tensor a_scale, Tensor b_packed, Tensor b_scale, SymInt k, "
         "SymInt n, str layout) -> ()", gemm_w8a8, _no_output)
 
 
