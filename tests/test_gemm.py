@@ -127,7 +127,7 @@ rng = np.random.default_rng(5)
 done = []
 for variant in cpukern.supported_variants():
     with ops.use_variant(variant):
-        for m, n, k in ((130, 37, 1030), (33, 65, 530), (20, 9, 70)):
+        for m, n, k in ((130, 37, 1030), (33, 65, 530), (20, 9, 70), (1, 37, 1030), (1, 65, 532), (1, 9, 70)):
             a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
             b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
             fa, fb = a.astype(np.float64), b.astype(np.float64)
@@ -143,11 +143,14 @@ print(json.dumps(done))
 """
 
 
-@pytest.mark.parametrize("sizes", ["4,16", "1,1"])
+@pytest.mark.parametrize("sizes", ["4,16", "1,1,65536"])
 def test_blocking_for_small_caches(sizes: str) -> None:
     """The blocking caps k and row blocks by the host's L1d / L2 (read once per
     process): CPUKERN_CACHE_SIZES stands in for a tiny-cache host, so every
-    variant's GEMMs run in k blocks of 32 and row blocks of one micro-panel."""
+    variant's GEMMs run in k blocks of 32 and row blocks of one micro-panel.
+    Its LLC (third, KiB; none: 0) picks the GEMV's form where a kernel has two:
+    the streamed one without, the cached one with 64 MiB (the other tests, on
+    the host's LLC, take the cached one for their small weights)."""
     import json
     import os
     import subprocess

@@ -211,6 +211,10 @@ struct KernelDefaults {
     // 4, two threads, warm: bf16 (32 MiB of weights) 0.77 of the time
     // (vdpbf16ps), 0.80 (avx2 widen+fma); int8 (16 MiB) 0.83 (both).
     static constexpr bool kDenseGemv = false;
+    // Has cached_gemv(a, b, kk, c, load_c): a dense one-row form for weights
+    // the last-level cache holds, which run() takes in place of micro<1, 1>
+    // when all of them fit it (HostCaches::llc).
+    static constexpr bool kCachedGemv = false;
     // The element type B panel slices are converted to once per block
     // (prep_b), for the micro-kernel to read; void: it reads the packed B.
     using BPrep = void;
@@ -289,11 +293,12 @@ struct Blocking {
     int64_t mc, nc, kc;
 };
 
-// The host's data caches per core (bytes; 0: unknown): glibc's sysconf (CPUID
-// leaf 4 on x86), else sysfs. CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB" stands in for
-// them (tests block small matrices as a small-cache host would); read once.
+// The host's data caches (bytes; 0: unknown): L1d and L2 per core, the
+// last-level cache (L3) as a whole; glibc's sysconf (CPUID leaf 4 on x86),
+// else sysfs. CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
+// (tests block small matrices as a small-cache host would); read once.
 struct HostCaches {
-    int64_t l1d = 0, l2 = 0;
+    int64_t l1d = 0, l2 = 0, llc = 0;
 };
 inline int64_t sysfs_cache_bytes(int level) {
     for (int i = 0; i < 8; ++i) {
@@ -327,7 +332,9 @@ inline HostCaches read_host_caches() {
         char* end = nullptr;
         const long l1 = std::strtol(env, &end, 10);
         const long l2 = end && *end == ',' ? std::strtol(end + 1, &end, 10) : 0;
-        if (l1 > 0 && l2 > 0 && end && *end == 0) return HostCaches{int64_t(l1) * 1024, int64_t(l2) * 1024};
+        const long llc = end && *end == ',' ? std::strtol(end + 1, &end, 10) : 0;
+        if (l1 > 0 && l2 > 0 && llc >= 0 && end && *end == 0)
+            return HostCaches{int64_t(l1) * 1024, int64_t(l2) * 1024, int64_t(llc) * 1024};
     }
 #if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
     c.l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE);
@@ -335,6 +342,13 @@ inline HostCaches read_host_caches() {
 #endif
     if (c.l1d <= 0) c.l1d = sysfs_cache_bytes(1);
     if (c.l2 <= 0) c.l2 = sysfs_cache_bytes(2);
+    // the L3 from sysfs first: glibc 2.36's sysconf said 320 MiB on the Zen 4 class VM whose
+    // sysfs and lscpu say 32 MiB (one instance)
+    c.llc = sysfs_cache_bytes(3);
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    if (c.llc <= 0) c.llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    if (c.llc < 0) c.llc = 0;
 #endif
     return c;
 }
@@ -400,6 +414,8 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
     const int64_t apanel = agroups * MR * Kn::APER;  // APack elements per row panel
     const int64_t mpanels = ceil_div(M, MR);
     const bool dense = Kn::kDenseGemv && M == 1;
+    // weights the last-level cache holds (a benchmark's loop, a small model): the kernel's cached form
+    const bool cached_gemv = dense && Kn::kCachedGemv && L.bytes(K, N) <= host_caches().llc;
     const int64_t astride = dense ? 1 : MR;  // A values per k group (times APER)
     APack* ap = static_cast<APack*>(a_scratch().get(size_t(mpanels * apanel + 1) * sizeof(APack)));
     if (!ap) return false;
@@ -500,6 +516,11 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                             const int64_t hi = (ir + 1) * share < slice ? (ir + 1) * share : slice;
                             const Prefetch next = rpanels == 1 ? Prefetch{bp + kPanelFetchAhead, slice}
                                                                 : Prefetch{ahead ? ahead + lo : nullptr, hi - lo};
+                            if constexpr (Kn::kCachedGemv)
+                                if (cached_gemv) {
+                                    Kn::cached_gemv(arow, bp, kk, ctile, k0 > 0);
+                                    continue;
+                                }
                             if constexpr (Kn::kDenseGemv)
                                 if (dense) {
                                     Kn::template micro<1, 1>(arow, bp, kk, ctile, bl.nc, k0 > 0, next);

@@ -24,12 +24,50 @@ struct Dpbf16 : KernelDefaults {
     // two threads, M = 256: 0.96-0.99 of the time while the host was quiet, 0.92
     // while not; M = 128 0.96; M = 1 / 32 unchanged)
     static constexpr int64_t kMcTarget = 256, kNcTarget = 64, kKcTarget = 256;
-    static constexpr bool kOffsetA = false, kPrefetchInMicro = true, kDenseGemv = true;
+    static constexpr bool kOffsetA = false, kPrefetchInMicro = true, kDenseGemv = true, kCachedGemv = true;
     static constexpr const char* kName = "vdpbf16ps";
 
     static void begin() {}
     static void end() {}
     static void pack_a(const bf16_t* s, uint32_t* d) { d[0] = uint32_t(s[0].bits) | uint32_t(s[1].bits) << 16; }
+
+    // acc + a x the 64 bytes at p, B as the instruction's memory operand: GCC 12 keeps the load apart
+    static __m512 dp(__m512 acc, __m512i a, const uint8_t* p) {
+#if !defined(CPUKERN_SIMDE)
+        __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "m"(*reinterpret_cast<const __m512i*>(p)));
+        return acc;
+#else
+        return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)_mm512_loadu_si512(p));
+#endif
+    }
+
+    // A GEMV whose weights fit the LLC (run() picks it: kCachedGemv): two k groups per step on
+    // four chains, each B vector the instruction's memory operand, no software prefetch. Zen 4
+    // class, two threads, against micro<1, 1>, the weights in L3 (called again and again): 16 / 32
+    // / 64 MiB 0.83-0.90 / 0.90-0.95 / 0.90 of the time, 2 MiB 0.89; 32 MiB matrices taken in turn
+    // from DRAM 0.97-1.03, 256 MiB 1.00-1.05 (micro<1, 1>'s fetch ahead helps there: it keeps
+    // weights over the LLC); a prefetch in this loop, 512 B-8 KiB ahead, lost 2-37 % (docs/gemm.md).
+    static void cached_gemv(const uint32_t* a, const uint8_t* b, int64_t kk, float* c, bool load_c) {
+        __m512 acc[4] = {load_c ? _mm512_loadu_ps(c) : _mm512_setzero_ps(),
+                         load_c ? _mm512_loadu_ps(c + 16) : _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+        const int64_t groups = kk / KG;
+        int64_t g = 0;
+        for (; g + 2 <= groups; g += 2) {
+            const __m512i a0 = _mm512_set1_epi32(int32_t(a[g])), a1 = _mm512_set1_epi32(int32_t(a[g + 1]));
+            acc[0] = dp(acc[0], a0, b + g * 128);
+            acc[1] = dp(acc[1], a0, b + g * 128 + 64);
+            acc[2] = dp(acc[2], a1, b + g * 128 + 128);
+            acc[3] = dp(acc[3], a1, b + g * 128 + 192);
+        }
+        if (g < groups) {
+            const __m512i a0 = _mm512_set1_epi32(int32_t(a[g]));
+            acc[0] = dp(acc[0], a0, b + g * 128);
+            acc[1] = dp(acc[1], a0, b + g * 128 + 64);
+        }
+        _mm512_storeu_ps(c, _mm512_add_ps(acc[0], acc[2]));
+        _mm512_storeu_ps(c + 16, _mm512_add_ps(acc[1], acc[3]));
+    }
 
     template <int R, int AS = MR>  // AS: A values per k group (MR; 1 for a dense GEMV row)
     static void micro(const uint32_t* a, const uint8_t* b, int64_t kk, float* c, int64_t ldc, bool load_c,
