@@ -293,9 +293,9 @@ struct Blocking {
     int64_t mc, nc, kc;
 };
 
-// The host's data caches (bytes; 0: unknown): L1d and L2 per core, the
-// last-level cache (L3) as a whole; glibc's sysconf (CPUID leaf 4 on x86),
-// else sysfs. CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
+// The host's data caches (bytes; 0: unknown): L1d and L2 per core, and the
+// last-level cache (L3: one instance, which the cores sharing it share);
+// glibc's sysconf (CPUID leaf 4 on x86), else sysfs (the L3: sysfs first). CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
 // (tests block small matrices as a small-cache host would); read once.
 struct HostCaches {
     int64_t l1d = 0, l2 = 0, llc = 0;
