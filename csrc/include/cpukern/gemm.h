@@ -211,7 +211,7 @@ struct KernelDefaults {
     // 4, two threads, warm: bf16 (32 MiB of weights) 0.77 of the time
     // (vdpbf16ps), 0.80 (avx2 widen+fma); int8 (16 MiB) 0.83 (both).
     static constexpr bool kDenseGemv = false;
-    // Has cached_gemv(a, b, kk, c, load_c): a dense one-row form for weights
+    // Has cached_gemv(a, b, kk, c): a dense one-row form for weights
     // the last-level cache holds, which run() takes in place of micro<1, 1>
     // when all of them fit it (HostCaches::llc).
     static constexpr bool kCachedGemv = false;
@@ -518,7 +518,7 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                                                                 : Prefetch{ahead ? ahead + lo : nullptr, hi - lo};
                             if constexpr (Kn::kCachedGemv)
                                 if (cached_gemv) {
-                                    Kn::cached_gemv(arow, bp, kk, ctile, k0 > 0);
+                                    Kn::cached_gemv(arow, bp, kk, ctile);
                                     continue;
                                 }
                             if constexpr (Kn::kDenseGemv)
