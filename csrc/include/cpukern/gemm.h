@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpukern/host.h"
 #include "cpukern/parallel.h"
 #include "cpukern/simd.h"
 
@@ -295,7 +296,8 @@ struct Blocking {
 
 // The host's data caches (bytes; 0: unknown): L1d and L2 per core, and the
 // last-level cache (L3: one instance, which the cores sharing it share);
-// glibc's sysconf (CPUID leaf 4 on x86), else sysfs (the L3: sysfs first). CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
+// glibc's sysconf (CPUID leaf 4 on x86), else sysfs (the L3: sysfs first),
+// else CPUID. CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
 // (tests block small matrices as a small-cache host would); read once.
 struct HostCaches {
     int64_t l1d = 0, l2 = 0, llc = 0;
@@ -348,8 +350,12 @@ inline HostCaches read_host_caches() {
 #if defined(_SC_LEVEL3_CACHE_SIZE)
     if (c.llc <= 0) c.llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
-    if (c.llc < 0) c.llc = 0;
 #endif
+    // CPUID last, as glibc's sysconf reads it on x86: what a bare-metal guest
+    // (a freestanding build) has, and a libc without sysconf's cache names
+    if (c.l1d <= 0) c.l1d = cpuid_cache_bytes(1);
+    if (c.l2 <= 0) c.l2 = cpuid_cache_bytes(2);
+    if (c.llc <= 0) c.llc = cpuid_cache_bytes(3);
     return c;
 }
 inline const HostCaches& host_caches() {

@@ -5,6 +5,8 @@
 // compiled from the project's sources with the variant's flags) and writes the
 // raw results to COM1 as hex; the host compares them with its reference. No
 // kernel code here.
+#include <cpuid.h>
+
 #include <cstdint>
 
 #include "rt.h"
@@ -57,6 +59,19 @@ void kat_line(const char* name, const void* p, int64_t count, int bytes_each) {
     words(p, count, bytes_each);
 }
 
+// CPUID's cache descriptors (leaf 4: EAX EBX ECX EDX per cache), the sizes the
+// project's code reads when it blocks for the caches
+void report_caches() {
+    if (__get_cpuid_max(0, nullptr) < 4) return;
+    rt_puts("@@h cpuid4\n");
+    for (unsigned sub = 0; sub < 16; ++sub) {
+        uint32_t r[4];
+        __cpuid_count(4, sub, r[0], r[1], r[2], r[3]);
+        if ((r[0] & 31) == 0) break;
+        words(r, 4, 4);
+    }
+}
+
 #if defined(__AVX512BF16__)
 void kat_bf16() {
     alignas(64) float a[16], b[16], c[16];
@@ -86,6 +101,14 @@ void kat_bf16() {
     alignas(64) float r[16];
     _mm512_store_ps(r, _mm512_dpbf16_ps(_mm512_load_ps(c), (__m512bh)_mm512_load_si512(pa), (__m512bh)_mm512_load_si512(pb)));
     kat_line("vdpbf16ps", r, 16, 4);
+    // the same with B as a memory operand one vector past its base: an EVEX
+    // displacement is compressed (disp8 x 64); Bochs 3.0 scales it by 4
+    alignas(64) uint32_t two_b[32];
+    for (int i = 0; i < 16; ++i) two_b[i] = two_b[16 + i] = pb[i];
+    __m512 acc = _mm512_load_ps(c);
+    __asm__("vdpbf16ps 64(%1), %2, %0" : "+v"(acc) : "r"(two_b), "v"(_mm512_load_si512(pa)), "m"(two_b));
+    _mm512_store_ps(r, acc);
+    kat_line("vdpbf16ps-disp8", r, 16, 4);
 }
 #endif
 
@@ -186,6 +209,7 @@ extern "C" int harness_main() {
     rt_puts("@@h xcr0 ");
     rt_hex(uint64_t(hi) << 32 | lo, 16);
     rt_putc('\n');
+    report_caches();
 #if defined(__AVX512BF16__)
     kat_bf16();
 #endif
