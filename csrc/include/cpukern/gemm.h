@@ -296,8 +296,8 @@ struct Blocking {
 
 // The host's data caches (bytes; 0: unknown): L1d and L2 per core, and the
 // last-level cache (L3: one instance, which the cores sharing it share);
-// glibc's sysconf (CPUID leaf 4 on x86), else sysfs (the L3: sysfs first),
-// else CPUID. CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
+// glibc's sysconf (CPUID leaf 4 on x86), else sysfs, else CPUID (the L3:
+// sysfs, CPUID, sysconf). CPUKERN_CACHE_SIZES="L1D_KIB,L2_KIB[,LLC_KIB]" stands in for them
 // (tests block small matrices as a small-cache host would); read once.
 struct HostCaches {
     int64_t l1d = 0, l2 = 0, llc = 0;
@@ -344,18 +344,19 @@ inline HostCaches read_host_caches() {
 #endif
     if (c.l1d <= 0) c.l1d = sysfs_cache_bytes(1);
     if (c.l2 <= 0) c.l2 = sysfs_cache_bytes(2);
-    // the L3 from sysfs first: glibc 2.36's sysconf said 320 MiB on the Zen 4 class VM whose
-    // sysfs and lscpu say 32 MiB (one instance)
     c.llc = sysfs_cache_bytes(3);
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-    if (c.llc <= 0) c.llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
-#endif
-    // CPUID last, as glibc's sysconf reads it on x86: what a bare-metal guest
-    // (a freestanding build) has, and a libc without sysconf's cache names
+    // CPUID where neither says, as glibc's sysconf reads it on x86: what a bare-metal
+    // guest (a freestanding build) has, and a libc without sysconf's cache names
     if (c.l1d <= 0) c.l1d = cpuid_cache_bytes(1);
     if (c.l2 <= 0) c.l2 = cpuid_cache_bytes(2);
     if (c.llc <= 0) c.llc = cpuid_cache_bytes(3);
+#if defined(__STDC_HOSTED__) && __STDC_HOSTED__ && defined(_SC_LEVEL3_CACHE_SIZE)
+    // glibc's L3 last: 2.36 said 320 MiB on the Zen 4 class VM whose sysfs, lscpu and
+    // CPUID say 32 MiB (one instance)
+    if (c.llc <= 0) c.llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (c.llc < 0) c.llc = 0;
+#endif
     return c;
 }
 inline const HostCaches& host_caches() {
