@@ -331,6 +331,7 @@ def judge_kats(kats: dict[str, list[int]]) -> list[KatResult]:
         want = [bf16_rne(1000.0 + i * 3.25) for i in range(16)]
         ok = kats["vcvtneps2bf16"] == want
         out.append(KatResult(name="vcvtneps2bf16", ok=ok, finding="correct" if ok else f"wrong: {kats['vcvtneps2bf16']}"))
+
     def dpbf16_lanes(shift: int) -> list[float]:  # lane i takes B's pair from lane i + shift
         return [i + (1 + i / 8) * 3 + 2 * (-1 - ((i + shift) % 16) / 4) for i in range(16)]
 
