@@ -112,11 +112,12 @@ def test_the_gemm_code_never_uses_vcvtne2ps2bf16(harness: amx.HarnessRun) -> Non
     assert by_variant(harness, "avx512bf16").amx_in_gemm == 0
 
 
-def test_the_one_row_bf16_product_takes_its_cached_form(harness: amx.HarnessRun) -> None:
+def test_the_guest_gives_the_one_row_product_the_llc_its_cached_form_needs(harness: amx.HarnessRun) -> None:
     """cpukern's vdpbf16ps GEMV takes B as the instruction's memory operand (Dpbf16::cached_gemv)
     when the weights fit the last-level cache, which a bare-metal build reads from CPUID: the
-    guest reports an LLC, so the M=1 case runs that form - with 32-bit displacements, which
-    Bochs reads right (a compressed one it misreads: the known-answer check above)."""
+    guest reports an LLC that holds the M=1 case's weights, so that case runs the form (which
+    form ran is not reported; this is what decides it) - with 32-bit displacements, which Bochs
+    reads right (a compressed one it misreads: the known-answer check above)."""
     one_row = next(c for c in amx.make_cases() if c.kind == amx.KIND_BF16 and c.m == 1)
     for vr in harness.runs:
         assert vr.caches.get(3, 0) >= one_row.n * one_row.k * 2, (vr.variant, vr.caches)
