@@ -86,9 +86,13 @@ def test_gemm_bf16_matches_float64(variant: str, shape: tuple[int, int, int], ke
             check_bf16_product(got, a, b, out_dtype, f"{variant} {shape} -> {out_dtype}")
 
 
+@pytest.mark.parametrize("sums", ["", *gemm.INT8_SUMS], ids=lambda k: k or "by-cpu")
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gemm_w8a8_matches_float64(variant: str, shape: tuple[int, int, int]) -> None:
+def test_gemm_w8a8_matches_float64(variant: str, shape: tuple[int, int, int], sums: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the avx2 / avx512 variants' larger-M sums forced each way (one packed B for both)."""
+    monkeypatch.setenv(gemm.INT8_SUMS_ENV, sums)
     m, n, k = shape
     rng = np.random.default_rng(m + n + k)
     a, b = rand_int8((m, k), m + 1), rand_int8((k, n), n + 2)
@@ -101,12 +105,15 @@ def test_gemm_w8a8_matches_float64(variant: str, shape: tuple[int, int, int]) ->
             check_w8a8(got, a, sa, b, sb, out_dtype, f"{variant} {shape} -> {out_dtype}")
 
 
+@pytest.mark.parametrize("sums", gemm.INT8_SUMS)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("a_value", [-128, 127])
-def test_w8a8_extremes_are_exact(variant: str, a_value: int) -> None:
+def test_w8a8_extremes_are_exact(variant: str, a_value: int, sums: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """-128 x -128 everywhere: saturating int16 tricks (vpmaddubsw) fail here;
-    127 (+128: both nibbles 15) x -128: the largest sums of the nibble GEMV."""
-    m, n, k = 40, 20, 1000
+    127 (+128: both nibbles 15) x -128: the largest sums of the nibble GEMV;
+    127 x 127 (+128: 255 x 255): the largest of the float sums, 256 k per block."""
+    m, n, k = 40, 20, 1001
+    monkeypatch.setenv(gemm.INT8_SUMS_ENV, sums)
     a = np.full((m, k), a_value, np.int8)
     b = np.full((k, n), -128, np.int8)
     b[:, 1::2] = 127
@@ -116,6 +123,28 @@ def test_w8a8_extremes_are_exact(variant: str, a_value: int) -> None:
             got = cpukern.gemm_w8a8(a[:rows], ones_m[:rows], cpukern.pack_b_int8(b), ones_n)
             want = a[:rows].astype(np.int64) @ b.astype(np.int64)  # |values| < 2^24: exact in float32
             assert np.array_equal(got, want.astype(np.float32)), f"{variant}: rows={rows}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_w8a8_float_sums_ignore_the_callers_flush_to_zero(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float sums are subnormal floats: with flush-to-zero and
+    denormals-are-zero set by the caller (torch.set_flush_denormal) the kernel
+    clears them for its call and puts them back."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv(gemm.INT8_SUMS_ENV, "float")
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, (32, 600), dtype=np.int8)
+    b = rng.integers(-128, 128, (600, 24), dtype=np.int8)
+    tiny = np.float32(1e-39)  # subnormal
+    assert torch.set_flush_denormal(True), "this CPU has no flush-to-zero / denormals-are-zero"
+    try:
+        with ops.use_variant(variant):
+            got = cpukern.gemm_w8a8(a, np.ones(32, np.float32), cpukern.pack_b_int8(b), np.ones(24, np.float32))
+        assert tiny * np.float32(1) == 0, "the caller's flush-to-zero was not put back"
+    finally:
+        torch.set_flush_denormal(False)
+    assert tiny * np.float32(1) != 0
+    assert np.array_equal(got, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32)), variant
 
 
 SMALL_CACHES_CHECK = r"""
@@ -196,6 +225,31 @@ def test_the_bf16_kernel_override_is_checked_and_reported(variant: str, monkeypa
         monkeypatch.setenv(gemm.BF16_KERNEL_ENV, "fast")
         with pytest.raises(ValueError, match="CPUKERN_GEMM_BF16='fast': expected one of vdpbf16ps, widened"):
             cpukern.gemm_bf16(rand_bf16((2, 4), 1), rand_bf16((4, 3), 2))
+
+
+def cpu_vendor() -> str:
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":")[1].strip() for line in f if line.startswith("vendor_id")), "")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_int8_sums_override_is_checked_and_reported(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ops.use_variant(variant):
+        small, large = gemm.kernel_name("int8", 1), gemm.kernel_name("int8", 256)
+        names = {}
+        for sums in gemm.INT8_SUMS:
+            monkeypatch.setenv(gemm.INT8_SUMS_ENV, sums)
+            assert gemm.kernel_name("int8", 1) == small  # GEMV keeps its kernel
+            names[sums] = gemm.kernel_name("int8", 256)
+        if variant in ("avx2", "avx512"):  # the variants with the choice (x86 without VNNI)
+            assert names == {"float": "int16 panel madd, float sums", "int": "int16 panel madd"}
+            assert large == names["float" if cpu_vendor() in ("AuthenticAMD", "HygonGenuine") else "int"]
+        else:
+            assert names == {"float": large, "int": large}
+        monkeypatch.setenv(gemm.INT8_SUMS_ENV, "fast")
+        with pytest.raises(ValueError, match="CPUKERN_GEMM_INT8_SUMS='fast': expected one of float, int"):
+            cpukern.gemm_w8a8(np.ones((2, 4), np.int8), np.ones(2, np.float32), cpukern.pack_b_int8(np.ones((4, 3), np.int8)),
+                              np.ones(3, np.float32))
 
 
 def test_packed_weights_are_reused_and_empty_m_works() -> None:

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpukern/export.h"
 #include "cpukern/gemm.h"
@@ -76,6 +77,11 @@ using Int8 = Kernels<Sdot, Sdot, 0>;
 #elif defined(CPUKERN_NIBBLE_GEMV)
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16, NibbleGemv>;
+#ifdef CPUKERN_INT8_FLOAT_SUMS
+// from 16 rows on, by CPU vendor: see int8_float_sums
+using Int8FloatSums = Kernels<GenericInt8, GenericInt8WideF, 16, NibbleGemv>;
+#define CPUKERN_INT8_BY_HOST 1
+#endif
 #else
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16>;
@@ -102,6 +108,36 @@ bool widen_bf16() {
 // Only rows the widened kernel would take consult the environment: GEMV and
 // other small products stay off getenv.
 bool widened_bf16_for(int64_t M) { return Bf16Widened::large(M) && !Bf16::large(M) && widen_bf16(); }
+#endif
+
+#ifdef CPUKERN_INT8_BY_HOST
+static_assert(Int8FloatSums::colsum() == Int8::colsum() && Int8FloatSums::kpad() == Int8::kpad(),
+              "both read the same packed B");
+
+// Whether gemm_w8a8 from 16 rows on adds its int32 sums as floats
+// (GenericInt8WideF): on AMD's cores vaddps leaves vpmaddwd's pipes to it
+// (Zen 4 class, M = 256: see docs/gemm.md); Intel's run vaddps on the
+// multiply ports, so they keep vpaddd. CPUKERN_GEMM_INT8_SUMS=float|int overrides
+// the vendor rule (the Python side checks the value): tests run both.
+bool int8_float_sums() {
+    const char* force = std::getenv("CPUKERN_GEMM_INT8_SUMS");
+    if (force && std::strcmp(force, "float") == 0) return true;
+    if (force && std::strcmp(force, "int") == 0) return false;
+    static const bool amd = host_vendor_is("AuthenticAMD") || host_vendor_is("HygonGenuine");
+    return amd;
+}
+bool float_sums_for(int64_t M) { return Int8FloatSums::large(M) && int8_float_sums(); }
+
+// Per row of A: the sum of a + 128 over the padded K (zero padding counts 128).
+std::vector<int32_t> offset_row_sums(const int8_t* a, int64_t lda, int64_t M, int64_t K, int64_t Kp) {
+    std::vector<int32_t> sums(size_t(M > 0 ? M : 0));
+    for (int64_t m = 0; m < M; ++m) {
+        uint32_t s = 128u * uint32_t(Kp);
+        for (int64_t k = 0; k < K; ++k) s += uint32_t(int32_t(a[m * lda + k]));
+        sums[size_t(m)] = int32_t(s);
+    }
+    return sums;
+}
 #endif
 
 Layout layout(int32_t kind) {
@@ -156,6 +192,9 @@ CPUKERN_API const char* cpukern_gemm_kernel(int32_t kind, int64_t M) {
         return Bf16Widened::name(M);
 #endif
     if (kind == kKindBf16) return Bf16::name(M);
+#ifdef CPUKERN_INT8_BY_HOST
+    if (kind == kKindInt8 && float_sums_for(M)) return Int8FloatSums::name(M);
+#endif
     if (kind == kKindInt8) return Int8::name(M);
     return "";
 }
@@ -203,9 +242,17 @@ CPUKERN_API int32_t cpukern_gemm_w8a8(const void* a, int64_t lda, const float* a
     if (out_dtype != CPUKERN_F32 && out_dtype != CPUKERN_BF16) return CPUKERN_EDTYPE;
     const Layout L = layout(kKindInt8);
     const uint8_t* pb = static_cast<const uint8_t*>(packed);
-    const bool offset = Int8::offsets_a(M);
+    const int32_t* colsum = reinterpret_cast<const int32_t*>(pb + L.colsum_offset(K, N));
+#ifdef CPUKERN_INT8_BY_HOST
+    if (float_sums_for(M)) {
+        const std::vector<int32_t> rowsum =
+            offset_row_sums(static_cast<const int8_t*>(a), lda, M, K, L.k_padded(K));
+        const EpiScaled epi{out, ldo, out_dtype == CPUKERN_BF16, a_scale, b_scale, colsum, rowsum.data()};
+        return dispatch<Int8FloatSums>(static_cast<const int8_t*>(a), lda, M, N, K, pb, L, epi);
+    }
+#endif
     const EpiScaled epi{out, ldo, out_dtype == CPUKERN_BF16, a_scale, b_scale,
-                        offset ? reinterpret_cast<const int32_t*>(pb + L.colsum_offset(K, N)) : nullptr};
+                        Int8::offsets_a(M) ? colsum : nullptr, nullptr};
     return dispatch<Int8>(static_cast<const int8_t*>(a), lda, M, N, K, pb, L, epi);
 }
 

@@ -49,19 +49,26 @@ _abi.signature("cpukern_gemm_bf16", ptr, i64, ptr, i64, i64, i64, ptr, i64, i32)
 _abi.signature("cpukern_gemm_w8a8", ptr, i64, ptr, ptr, ptr, i64, i64, i64, ptr, i64, i32)
 
 
-# The avx512bf16 variant's bf16 micro-kernel from 16 rows on: by CPU vendor
-# (csrc/kernels/gemm.cpp, widen_bf16), or forced; other variants ignore it.
+# Micro-kernels chosen by CPU vendor from 16 rows on (csrc/kernels/gemm.cpp),
+# or forced; variants without the choice ignore them: the avx512bf16
+# variant's bf16 kernel (widen_bf16), and how the avx2 / avx512 variants' int8
+# kernel adds its int32 sums (int8_float_sums: as floats on AMD's cores).
 BF16_KERNEL_ENV = "CPUKERN_GEMM_BF16"
 BF16_KERNELS = ("vdpbf16ps", "widened")
+INT8_SUMS_ENV = "CPUKERN_GEMM_INT8_SUMS"
+INT8_SUMS = ("float", "int")
+_KERNEL_ENVS = {"bfloat16": (BF16_KERNEL_ENV, BF16_KERNELS), "int8": (INT8_SUMS_ENV, INT8_SUMS)}
 
 
 _BF16_M_SLOT = 3  # cpukern_gemm_bf16's M, among the plan's slots
+_W8A8_M_SLOT = 5  # cpukern_gemm_w8a8's
 
 
-def _check_bf16_kernel_env() -> None:
-    value = os.environ.get(BF16_KERNEL_ENV, "")
-    if value and value not in BF16_KERNELS:
-        raise ValueError(f"{BF16_KERNEL_ENV}={value!r}: expected one of {', '.join(BF16_KERNELS)} (or unset: by CPU)")
+def _check_kernel_env(dtype: str) -> None:
+    name, allowed = _KERNEL_ENVS[dtype]
+    value = os.environ.get(name, "")
+    if value and value not in allowed:
+        raise ValueError(f"{name}={value!r}: expected one of {', '.join(allowed)} (or unset: by CPU)")
 
 
 def _variant() -> tuple[str, Any]:
@@ -91,7 +98,7 @@ packed_layout._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 def kernel_name(dtype: str, m: int) -> str:
     """The micro-kernel the running variant uses for `m` rows (e.g. 'vdpbf16ps')."""
-    _check_bf16_kernel_env()
+    _check_kernel_env(dtype)
     _, lib = _variant()
     name: bytes = _abi.function("cpukern_gemm_kernel", lib)(_KIND_CODE[dtype], m)
     return name.decode()
@@ -345,7 +352,7 @@ def _gemm_bf16(a: Any, b: Any, out: Any, out_dtype: Any) -> Any:
         out, plan, b = _plan_gemm_bf16(a, b, out, out_dtype, variant, DISPATCHER.load_variant(variant))
         _memo.put(key, plan)
     if plan.args is not None and plan.args[_BF16_M_SLOT] > 1:
-        _check_bf16_kernel_env()  # ~1.3 us when unset (os.environ.get raises inside); a GEMV never reads it
+        _check_kernel_env("bfloat16")  # ~1.3 us when unset (os.environ.get raises inside); a GEMV never reads it
     return _run_planned(plan, out, a)
 
 
@@ -386,6 +393,8 @@ def _gemm_w8a8(a: Any, a_scale: Any, b: Any, b_scale: Any, out: Any, out_dtype: 
     if plan is None:
         out, plan = _plan_gemm_w8a8(a, a_scale, b, b_scale, out, out_dtype, variant, DISPATCHER.load_variant(variant))
         _memo.put(key, plan)
+    if plan.args is not None and plan.args[_W8A8_M_SLOT] > 1:
+        _check_kernel_env("int8")
     return _run_planned(plan, out, a)
 
 

@@ -18,9 +18,11 @@ object with `variant` (the dispatcher's choice), `variants` (those checked),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -263,16 +265,33 @@ def check_float16_refused(results: Results, variant: str) -> None:
 def check_gemm_w8a8(results: Results, variant: str, rng: np.random.Generator) -> None:
     from . import gemm
 
-    # 20 x 300: the many-rows kernels (from 16 rows on) over two k blocks of 256
+    # 20 x 300: the many-rows kernels (from 16 rows on) over two k blocks of 256,
+    # their int32 sums added each way (gemm.INT8_SUMS: avx2 / avx512 by CPU vendor)
     for m, k, n in ((1, 37, 19), (5, 64, 33), (20, 300, 40)):
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
         sa = rng.uniform(0.01, 0.1, m).astype(np.float32)
         sb = rng.uniform(0.01, 0.1, n).astype(np.float32)
         want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float64) * sa[:, None] * sb[None, :]
-        with ops.use_variant(variant):
-            got = gemm.gemm_w8a8(a, sa, gemm.pack_b_int8(b), sb)
-        results.check(f"gemm_w8a8 {variant} {m}x{k}x{n}", close(np.asarray(got, dtype=np.float64), want, "float32"))
+        for sums in gemm.INT8_SUMS if m >= 16 else ("",):
+            with ops.use_variant(variant), _environ(gemm.INT8_SUMS_ENV, sums):
+                got = gemm.gemm_w8a8(a, sa, gemm.pack_b_int8(b), sb)
+            label = f"gemm_w8a8 {variant} {m}x{k}x{n}" + (f" ({sums} sums)" if sums else "")
+            results.check(label, close(np.asarray(got, dtype=np.float64), want, "float32"))
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` (unset when empty) for the block, then as before."""
+    before = os.environ.pop(name, None)
+    if value:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+        if before is not None:
+            os.environ[name] = before
 
 
 def check_gemm_bf16(results: Results, variant: str, rng: np.random.Generator) -> None:

@@ -216,6 +216,9 @@ struct KernelDefaults {
     // the last-level cache holds, which run() takes in place of micro<1, 1>
     // when all of them fit it (HostCaches::llc).
     static constexpr bool kCachedGemv = false;
+    // Reads B offset by +128 as well as A (int8): the epilogue subtracts
+    // 128 * rowsum for each row of A too (EpiScaled).
+    static constexpr bool kOffsetB = false;
     // The element type B panel slices are converted to once per block
     // (prep_b), for the micro-kernel to read; void: it reads the packed B.
     using BPrep = void;
@@ -577,7 +580,8 @@ struct EpiFloat {
     }
 };
 
-// int32 accumulators (w8a8 GEMM): (acc - 128 * colsum) * a_scale[m] * b_scale[n]
+// int32 accumulators (w8a8 GEMM): (acc - 128 * (colsum + rowsum)) * a_scale[m] * b_scale[n],
+// in wrapping 32-bit arithmetic (the offset sums may pass 2^31 where the product does not)
 struct EpiScaled {
     void* out;
     int64_t ldo;
@@ -585,17 +589,19 @@ struct EpiScaled {
     const float* a_scale;
     const float* b_scale;
     const int32_t* colsum;  // only for kernels that offset A by +128
+    const int32_t* rowsum;  // only for kernels that offset B by +128 too: per row of A, the sum of a + 128 over Kp
     void operator()(const int32_t* c, int64_t ldc, int64_t m0, int64_t rows, int64_t n0, int64_t cols) const {
         float row[1024];
         for (int64_t r = 0; r < rows; ++r) {
             const int32_t* cr = c + r * ldc;
             const float as = a_scale[m0 + r];
+            const uint32_t row_offset = rowsum ? 128u * uint32_t(rowsum[m0 + r]) : 0u;
             for (int64_t j0 = 0; j0 < cols; j0 += 1024) {
                 const int64_t w = cols - j0 < 1024 ? cols - j0 : 1024;
                 for (int64_t j = 0; j < w; ++j) {
-                    int32_t v = cr[j0 + j];
-                    if (colsum) v -= 128 * colsum[n0 + j0 + j];
-                    row[j] = float(v) * as * b_scale[n0 + j0 + j];
+                    uint32_t v = uint32_t(cr[j0 + j]) - row_offset;
+                    if (colsum) v -= 128u * uint32_t(colsum[n0 + j0 + j]);
+                    row[j] = float(int32_t(v)) * as * b_scale[n0 + j0 + j];
                 }
                 if (bf16_out)
                     store_row(static_cast<bf16_t*>(out) + (m0 + r) * ldo + n0 + j0, row, w);

@@ -213,7 +213,10 @@ inline void split_panel(const uint8_t* b, int64_t groups, Out* dst, const Split&
 // are taken). With `kFetch` a share of `next` goes every kPrefetchChunk groups
 // when it is over a burst's worth (the test is per group: k_loop's lambda form
 // changed GCC's code for the int8 and ymm kernels, 1.07-1.47x the time).
-template <int R, int MR, int V, bool kFence, bool kFetch, class AccV, class BV, class APack, class Acc, class Mac>
+// With `kSumsAsFloat` the sums are int32 bit patterns added as floats (see
+// GenericInt8WideF): they start at zero and go into C with integer adds.
+template <int R, int MR, int V, bool kFence, bool kFetch, class AccV, class BV, class APack, class Acc, class Mac,
+          bool kSumsAsFloat = false>
 inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups, Acc* c, int64_t ldc, bool load_c,
                                 const Prefetch& next, const Mac& mac) {
     const bool spread = kFetch && next.bytes > 1024;
@@ -223,7 +226,8 @@ inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < V; ++v) acc[r][v] = load_c ? load_vec<AccV>(c + r * ldc + v * simd::kLanes) : AccV{};
+        for (int v = 0; v < V; ++v)
+            acc[r][v] = load_c && !kSumsAsFloat ? load_vec<AccV>(c + r * ldc + v * simd::kLanes) : AccV{};
     for (int64_t g = 0; g < groups; ++g) {
         if constexpr (kFetch)
             if (spread && g % kPrefetchChunk == 0) next.step(g / kPrefetchChunk, fetch);
@@ -247,7 +251,13 @@ inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < V; ++v) store_vec(c + r * ldc + v * simd::kLanes, acc[r][v]);
+        for (int v = 0; v < V; ++v) {
+            Acc* cv = c + r * ldc + v * simd::kLanes;
+            if constexpr (kSumsAsFloat)
+                store_vec(cv, load_c ? load_vec<VI>(cv) + (VI)acc[r][v] : (VI)acc[r][v]);
+            else
+                store_vec(cv, acc[r][v]);
+        }
 }
 
 // Many rows: each B panel slice (kc x NR) is widened once into an L1-resident
@@ -468,6 +478,61 @@ struct GenericInt8Wide : KernelDefaults {
                                                     });
     }
 };
+
+#if defined(__x86_64__) && ((defined(__AVX2__) && !defined(__AVX512F__)) || defined(__AVX512BW__))
+#define CPUKERN_INT8_FLOAT_SUMS 1
+// GenericInt8Wide with its sums on the FP adders. AMD's cores (Zen 4 class
+// measured) issue vpaddd to the two pipes vpmaddwd needs as well as to the
+// other two, so madd + add runs at ~0.8 of the madd rate, while vaddps only
+// goes to the adder pipes (madd + vaddps: the full rate). Both operands are
+// made unsigned (+128: the epilogue subtracts 128 * (colsum + rowsum)), so
+// every product and sum is a non-negative integer below 2^24, whose int32 bit
+// pattern is a float (subnormal below 2^23, then exponent 1, the same unit)
+// that vaddps adds exactly: kc <= 256 keeps 256 * 255 * 255 < 2^24. The
+// subnormals need MXCSR's DAZ and FTZ clear, set for the call (begin / end).
+struct GenericInt8WideF : GenericInt8Wide {
+    static constexpr int64_t kKcTarget = 256;
+    static constexpr bool kOffsetA = true, kOffsetB = true;
+    static constexpr const char* kName = "int16 panel madd, float sums";
+
+    static constexpr unsigned kFlushBits = 0x8040u;  // FTZ, DAZ
+    static void begin() {
+        mxcsr_saved() = _mm_getcsr();
+        if (mxcsr_saved() & kFlushBits) _mm_setcsr(mxcsr_saved() & ~kFlushBits);
+    }
+    static void end() {
+        if (mxcsr_saved() & kFlushBits) _mm_setcsr(mxcsr_saved());
+    }
+    static unsigned& mxcsr_saved() {
+        thread_local unsigned saved;
+        return saved;
+    }
+    static uint32_t halves(int8_t lo, int8_t hi) {
+        return uint32_t(uint8_t(lo) ^ 0x80u) | uint32_t(uint8_t(hi) ^ 0x80u) << 16;
+    }
+    static void pack_a(const int8_t* s, uint32_t* d) {
+        d[0] = halves(s[0], s[2]);
+        d[1] = halves(s[1], s[3]);
+    }
+    static void prep_b(const uint8_t* b, int64_t kk, int16_t* dst) {
+        split_panel<V, VUS>(b, kk / KG, dst, [](VUS x) {
+            x ^= 0x8080;
+            return std::pair{(VS)((x << 8) >> 8), (VS)(x >> 8)};
+        });
+    }
+    template <int R>
+    static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+        static_assert(kKcTarget * 255 * 255 < (int64_t(1) << 24), "a block's sums stay exact as floats");
+        widened_panel_micro<R, MR, V, true, false, simd::VF, VS, uint32_t, int32_t, decltype(mac), true>(
+            a, bp, kk / KG, c, ldc, load_c, Prefetch{}, mac);
+    }
+    static constexpr auto mac = [](simd::VF (&acc)[V], const uint32_t* ap, const VS (&bv)[V]) {
+        const VS x = (VS)bcast(ap);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[v] = acc[v] + (simd::VF)madd16(bv[v], x);
+    };
+};
+#endif
 
 }  // namespace gemm
 }  // namespace cpukern
