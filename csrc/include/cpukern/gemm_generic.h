@@ -260,6 +260,66 @@ inline void widened_panel_micro(const APack* a, const uint8_t* b, int64_t groups
         }
 }
 
+#if defined(__x86_64__) && defined(__SSE2__) && !defined(__AVX__) && !defined(CPUKERN_SIMDE)
+#define CPUKERN_SSE2_TILE 1
+// The widened-panel kernels' full 6 x 8 tile on SSE2 (the baseline), written
+// out: GCC's code for it keeps accumulators on the stack (no three-operand
+// forms, 16 registers) and broadcasts each A value with movd + pshufd. Here
+// 12 accumulators, the two B vectors of a half group, A broadcast straight
+// from memory by one pshufd (the A panel is 16-byte aligned: 12 values per
+// group) and one product register; the second product overwrites A. `MUL` /
+// `ADD`: mulps / addps (bf16 widened to float) or pmaddwd / paddd (int16).
+#define CPUKERN_SSE2_ROW(MOV, MUL, ADD, AOFF, IMM, ACC0, ACC1)    \
+    "pshufd $" #IMM ", " #AOFF "(%[a]), %%xmm14\n\t"               \
+    MOV " %%xmm12, %%xmm15\n\t"                                   \
+    MUL " %%xmm14, %%xmm15\n\t"                                   \
+    ADD " %%xmm15, %[" #ACC0 "]\n\t"                               \
+    MUL " %%xmm13, %%xmm14\n\t"                                   \
+    ADD " %%xmm14, %[" #ACC1 "]\n\t"
+// half h of a group: B's vectors at 32 h, row r's A value at float 2 r + h
+#define CPUKERN_SSE2_HALF(MOV, MUL, ADD, BOFF0, BOFF1, O0, L0, O1, L1, O2, L2, O3, L3, O4, L4, O5, L5) \
+    MOV " " #BOFF0 "(%[b]), %%xmm12\n\t"                                                           \
+    MOV " " #BOFF1 "(%[b]), %%xmm13\n\t"                                                           \
+    CPUKERN_SSE2_ROW(MOV, MUL, ADD, O0, L0, c00, c01)                                               \
+    CPUKERN_SSE2_ROW(MOV, MUL, ADD, O1, L1, c10, c11)                                               \
+    CPUKERN_SSE2_ROW(MOV, MUL, ADD, O2, L2, c20, c21)                                               \
+    CPUKERN_SSE2_ROW(MOV, MUL, ADD, O3, L3, c30, c31)                                               \
+    CPUKERN_SSE2_ROW(MOV, MUL, ADD, O4, L4, c40, c41)                                               \
+    CPUKERN_SSE2_ROW(MOV, MUL, ADD, O5, L5, c50, c51)
+// (offset, lane * 0x55) of A's floats 0, 2, .. 10 and 1, 3, .. 11 in a group
+#define CPUKERN_SSE2_GROUP(MOV, MUL, ADD)                                                                \
+    CPUKERN_SSE2_HALF(MOV, MUL, ADD, 0, 16, 0, 0x00, 0, 0xaa, 16, 0x00, 16, 0xaa, 32, 0x00, 32, 0xaa) \
+    CPUKERN_SSE2_HALF(MOV, MUL, ADD, 32, 48, 0, 0x55, 0, 0xff, 16, 0x55, 16, 0xff, 32, 0x55, 32, 0xff)
+
+template <bool kFloat, class V4>
+inline void sse2_tile_6x8(const void* a, const void* b, int64_t groups, void* c, int64_t ldc_bytes, bool load_c) {
+    V4 acc[6][2];
+    char* cb = static_cast<char*>(c);
+    for (int r = 0; r < 6; ++r)
+        for (int v = 0; v < 2; ++v) acc[r][v] = load_c ? load_vec<V4>(cb + r * ldc_bytes + 16 * v) : V4{};
+    if (groups > 0) {
+        const char* ap = static_cast<const char*>(a);
+        const char* bp = static_cast<const char*>(b);
+#define CPUKERN_SSE2_OPERANDS                                                                         \
+    : [c00] "+x"(acc[0][0]), [c01] "+x"(acc[0][1]), [c10] "+x"(acc[1][0]), [c11] "+x"(acc[1][1]),    \
+      [c20] "+x"(acc[2][0]), [c21] "+x"(acc[2][1]), [c30] "+x"(acc[3][0]), [c31] "+x"(acc[3][1]),    \
+      [c40] "+x"(acc[4][0]), [c41] "+x"(acc[4][1]), [c50] "+x"(acc[5][0]), [c51] "+x"(acc[5][1]),    \
+      [a] "+r"(ap), [b] "+r"(bp), [g] "+r"(groups)                                                    \
+    :                                                                                                 \
+    : "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc"
+        if constexpr (kFloat)
+            __asm__ volatile("1:\n\t" CPUKERN_SSE2_GROUP("movaps", "mulps", "addps")
+                             "add $48, %[a]\n\tadd $64, %[b]\n\tdec %[g]\n\tjnz 1b" CPUKERN_SSE2_OPERANDS);
+        else
+            __asm__ volatile("1:\n\t" CPUKERN_SSE2_GROUP("movdqa", "pmaddwd", "paddd")
+                             "add $48, %[a]\n\tadd $64, %[b]\n\tdec %[g]\n\tjnz 1b" CPUKERN_SSE2_OPERANDS);
+#undef CPUKERN_SSE2_OPERANDS
+    }
+    for (int r = 0; r < 6; ++r)
+        for (int v = 0; v < 2; ++v) store_vec(cb + r * ldc_bytes + 16 * v, acc[r][v]);
+}
+#endif
+
 // Many rows: each B panel slice (kc x NR) is widened once into an L1-resident
 // float panel and reused by every row panel of the block; the micro-kernel is
 // then a plain float FMA kernel (broadcast A, two B vectors per k).
@@ -292,6 +352,12 @@ struct GenericBf16Wide : KernelDefaults {
         // takes its burst first (spread: M=16 0.93-0.97, M=256 1.02-1.03)
         constexpr bool kSpread = kVecRegs == 32;
         if constexpr (!kSpread) next.step(0, next.bytes);
+#ifdef CPUKERN_SSE2_TILE
+        if constexpr (R == 6 && MR == 6 && V == 2) {
+            sse2_tile_6x8<true, simd::VF>(a, bp, kk / KG, c, ldc * int64_t(sizeof(float)), load_c);
+            return;
+        }
+#endif
         widened_panel_micro<R, MR, V, false, kSpread, simd::VF, simd::VF>(
             a, bp, kk / KG, c, ldc, load_c, next, [](simd::VF (&acc)[V], const float* ap, const simd::VF (&bv)[V]) {
                 const simd::VF x = bcast(ap);
@@ -470,6 +536,12 @@ struct GenericInt8Wide : KernelDefaults {
 
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+#ifdef CPUKERN_SSE2_TILE
+        if constexpr (R == 6 && MR == 6 && V == 2) {
+            sse2_tile_6x8<false, VI>(a, bp, kk / KG, c, ldc * int64_t(sizeof(int32_t)), load_c);
+            return;
+        }
+#endif
         widened_panel_micro<R, MR, V, true, false, VI, VS>(a, bp, kk / KG, c, ldc, load_c, Prefetch{},
                                                     [](VI (&acc)[V], const uint32_t* ap, const VS (&bv)[V]) {
                                                         const VS x = (VS)bcast(ap);
