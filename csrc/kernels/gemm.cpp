@@ -116,8 +116,9 @@ static_assert(Int8FloatSums::colsum() == Int8::colsum() && Int8FloatSums::kpad()
 
 // Whether gemm_w8a8 from 16 rows on adds its int32 sums as floats
 // (GenericInt8WideF): on AMD's cores vaddps leaves vpmaddwd's pipes to it
-// (Zen 4 class, M = 256: see docs/gemm.md); Intel's run vaddps on the
-// multiply ports, so they keep vpaddd. CPUKERN_GEMM_INT8_SUMS=float|int overrides
+// (Zen 4 class, M = 256: see docs/gemm.md). Intel's keep vpaddd (not
+// measured): up to Ice Lake their FP adds run on the multiply ports, where
+// vpaddd has a third. CPUKERN_GEMM_INT8_SUMS=float|int overrides
 // the vendor rule (the Python side checks the value): tests run both.
 bool int8_float_sums() {
     const char* force = std::getenv("CPUKERN_GEMM_INT8_SUMS");
