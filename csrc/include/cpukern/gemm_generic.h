@@ -318,6 +318,9 @@ inline void sse2_tile_6x8(const void* a, const void* b, int64_t groups, void* c,
     for (int r = 0; r < 6; ++r)
         for (int v = 0; v < 2; ++v) store_vec(cb + r * ldc_bytes + 16 * v, acc[r][v]);
 }
+#undef CPUKERN_SSE2_GROUP
+#undef CPUKERN_SSE2_HALF
+#undef CPUKERN_SSE2_ROW
 #endif
 
 // Many rows: each B panel slice (kc x NR) is widened once into an L1-resident
@@ -592,9 +595,10 @@ struct GenericInt8WideF : GenericInt8Wide {
             return std::pair{(VS)((x << 8) >> 8), (VS)(x >> 8)};
         });
     }
+    static_assert(kKcTarget * 255 * 255 < (int64_t(1) << 24), "a block's sums stay exact as floats");
+
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
-        static_assert(kKcTarget * 255 * 255 < (int64_t(1) << 24), "a block's sums stay exact as floats");
         widened_panel_micro<R, MR, V, true, false, simd::VF, VS, uint32_t, int32_t, decltype(mac), true>(
             a, bp, kk / KG, c, ldc, load_c, Prefetch{}, mac);
     }
