@@ -219,6 +219,9 @@ struct KernelDefaults {
     // Reads B offset by +128 as well as A (int8): the epilogue subtracts
     // 128 * rowsum for each row of A too (EpiScaled).
     static constexpr bool kOffsetB = false;
+    // Has pack_a_8x16(src, lda, dst): 16 k groups of eight whole rows packed at
+    // once (vector transposes), in place of pack_a per row and group.
+    static constexpr bool kPackA8x16 = false;
     // The element type B panel slices are converted to once per block
     // (prep_b), for the micro-kernel to read; void: it reads the packed B.
     using BPrep = void;
@@ -441,10 +444,15 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
         const int64_t whole = K / Kn::kAkg;
         for (int64_t p = p0; p < p1; ++p) {
             APack* dst = ap + p * apanel;
+            int64_t packed_groups = 0;
+            if constexpr (Kn::kPackA8x16)
+                if (!dense && (p + 1) * MR <= M)
+                    for (; packed_groups + 16 <= whole; packed_groups += 16)
+                        Kn::pack_a_8x16(a + p * MR * lda + packed_groups * Kn::kAkg, lda, dst + packed_groups * MR);
             for (int r = 0; r < MR; ++r) {
                 const int64_t m = p * MR + r;
                 const AIn* src = a + m * lda;
-                int64_t g = 0;
+                int64_t g = packed_groups;
                 if (m < M)
                     for (; g < whole; ++g) Kn::pack_a(src + g * Kn::kAkg, dst + (g * astride + r) * Kn::APER);
                 for (; g < agroups; ++g) {
