@@ -23,20 +23,28 @@ namespace {
 constexpr int kmax(int a, int b) { return a > b ? a : b; }
 
 // The kernels of one GEMM kind: `Small` for every M, `Large` from kLargeM rows
-// on (0: never), `Gemv` for one row below those. All read the same packed-B layout.
-template <class S, class L, int64_t LargeM, class G = S>
+// on (0: never), `Huge` from kHugeM rows on (0: never), `Gemv` for one row
+// below those. All read the same packed-B layout.
+template <class S, class L, int64_t LargeM, class G = S, class H = L, int64_t HugeM = 0>
 struct Kernels {
     using Small = S;
     using Large = L;
     using Gemv = G;
-    static constexpr int64_t kLargeM = LargeM;
-    static bool large(int64_t M) { return kLargeM > 0 && M >= kLargeM; }
-    static bool gemv(int64_t M) { return M == 1 && !large(M); }
-    static bool offsets_a(int64_t M) { return large(M) ? L::kOffsetA : gemv(M) ? G::kOffsetA : S::kOffsetA; }
-    static const char* name(int64_t M) { return large(M) ? L::kName : gemv(M) ? G::kName : S::kName; }
-    static constexpr int kpad() { return kmax(kmax(S::kAkg, L::kAkg), G::kAkg); }
-    static constexpr bool colsum() { return S::kOffsetA || L::kOffsetA || G::kOffsetA; }
-    static_assert(S::NR == L::NR && S::KG == L::KG && G::NR == S::NR && G::KG == S::KG,
+    using Huge = H;
+    static constexpr int64_t kLargeM = LargeM, kHugeM = HugeM;
+    static bool huge(int64_t M) { return kHugeM > 0 && M >= kHugeM; }
+    static bool large(int64_t M) { return kLargeM > 0 && M >= kLargeM && !huge(M); }
+    static bool gemv(int64_t M) { return M == 1 && !large(M) && !huge(M); }
+    static bool offsets_a(int64_t M) {
+        return huge(M) ? H::kOffsetA : large(M) ? L::kOffsetA : gemv(M) ? G::kOffsetA : S::kOffsetA;
+    }
+    static const char* name(int64_t M) {
+        return huge(M) ? H::kName : large(M) ? L::kName : gemv(M) ? G::kName : S::kName;
+    }
+    static constexpr int kpad() { return kmax(kmax(kmax(S::kAkg, L::kAkg), G::kAkg), H::kAkg); }
+    static constexpr bool colsum() { return S::kOffsetA || L::kOffsetA || G::kOffsetA || H::kOffsetA; }
+    static_assert(S::NR == L::NR && S::KG == L::KG && G::NR == S::NR && G::KG == S::KG && H::NR == S::NR &&
+                      H::KG == S::KG,
                   "one packed layout per kind and variant");
 };
 
@@ -82,6 +90,19 @@ using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16, NibbleGemv>;
 using Int8FloatSums = Kernels<GenericInt8, GenericInt8WideF, 16, NibbleGemv>;
 #define CPUKERN_INT8_BY_HOST 1
 #endif
+#elif defined(CPUKERN_SSE2_TILE)
+// The splat-panel kernels from 32 (bf16) / 64 (int8) rows: their B panel, prepared once per block,
+// pays off over enough row panels. Zen 4 class, two threads, against the widened panels alone:
+// bf16 M = 256 0.85 of the time, 48 0.93, 32 1.00-1.02, 16 1.15; int8 M = 256 0.87, 64 0.92-1.00,
+// 48 1.03, 32 1.18 (pmaddwd and paddd share pipes: the shuffles saved count for less).
+#ifndef CPUKERN_SSE2_SPLAT_ROWS_BF16
+#define CPUKERN_SSE2_SPLAT_ROWS_BF16 32
+#endif
+#ifndef CPUKERN_SSE2_SPLAT_ROWS_INT8
+#define CPUKERN_SSE2_SPLAT_ROWS_INT8 64
+#endif
+using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16, GenericBf16, Sse2Bf16Splat, CPUKERN_SSE2_SPLAT_ROWS_BF16>;
+using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16, GenericInt8, Sse2Int8Splat, CPUKERN_SSE2_SPLAT_ROWS_INT8>;
 #else
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16>;
 using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16>;
@@ -167,9 +188,10 @@ std::string describe(int32_t kind) {
 template <class Ks, class Epi>
 int32_t dispatch(const typename Ks::Small::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K, const uint8_t* packed,
                  const Layout& L, const Epi& epi) {
-    const bool ok = Ks::large(M)  ? run<typename Ks::Large>(a, lda, M, N, K, packed, L, epi)
-                    : Ks::gemv(M) ? run<typename Ks::Gemv>(a, lda, M, N, K, packed, L, epi)
-                                  : run<typename Ks::Small>(a, lda, M, N, K, packed, L, epi);
+    const bool ok = Ks::huge(M)    ? run<typename Ks::Huge>(a, lda, M, N, K, packed, L, epi)
+                    : Ks::large(M) ? run<typename Ks::Large>(a, lda, M, N, K, packed, L, epi)
+                    : Ks::gemv(M)  ? run<typename Ks::Gemv>(a, lda, M, N, K, packed, L, epi)
+                                   : run<typename Ks::Small>(a, lda, M, N, K, packed, L, epi);
     return ok ? CPUKERN_OK : CPUKERN_ENOMEM;
 }
 

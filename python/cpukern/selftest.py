@@ -266,8 +266,9 @@ def check_gemm_w8a8(results: Results, variant: str, rng: np.random.Generator) ->
     from . import gemm
 
     # 20 x 300: the many-rows kernels (from 16 rows on) over two k blocks of 256,
-    # their int32 sums added each way (gemm.INT8_SUMS: avx2 / avx512 by CPU vendor)
-    for m, k, n in ((1, 37, 19), (5, 64, 33), (20, 300, 40)):
+    # their int32 sums added each way (gemm.INT8_SUMS: avx2 / avx512 by CPU vendor);
+    # 66 x 180: the baseline's splat-panel kernel (from 64 rows), two k blocks and 2 edge rows
+    for m, k, n in ((1, 37, 19), (5, 64, 33), (20, 300, 40), (66, 180, 24)):
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
         sa = rng.uniform(0.01, 0.1, m).astype(np.float32)
@@ -303,7 +304,7 @@ def check_gemm_bf16(results: Results, variant: str, rng: np.random.Generator) ->
 
     lib = DISPATCHER.load_variant(variant)
     code = gemm._KIND_CODE["bfloat16"]
-    for m, k, n in ((1, 37, 19), (5, 64, 33), (17, 130, 40), (20, 300, 40)):
+    for m, k, n in ((1, 37, 19), (5, 64, 33), (17, 130, 40), (20, 300, 40), (34, 180, 24)):
         a = bf16_bits(rng.standard_normal((m, k)))
         b = bf16_bits(rng.standard_normal((k, n)))
         packed = np.zeros(max(int(_abi.function("cpukern_gemm_packed_bytes", lib)(code, k, n)), 1), dtype=np.uint8)

@@ -222,6 +222,10 @@ struct KernelDefaults {
     // Has pack_a_8x16(src, lda, dst): 16 k groups of eight whole rows packed at
     // once (vector transposes), in place of pack_a per row and group.
     static constexpr bool kPackA8x16 = false;
+    // Its A panel is k-major - per k group the APER values of each slot side by
+    // side across the MR rows ([group][slot][row]) - rather than row-major
+    // within the group ([group][row][slot]); pack_a writes d[0], d[MR], ...
+    static constexpr bool kAByK = false;
     // The element type B panel slices are converted to once per block
     // (prep_b), for the micro-kernel to read; void: it reads the packed B.
     using BPrep = void;
@@ -442,6 +446,10 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
         using AIn = typename Kn::AIn;
         AIn tmp[Kn::kAkg];
         const int64_t whole = K / Kn::kAkg;
+        // where pack_a puts group g of row r (see kAByK)
+        auto slot = [&](APack* dst, int64_t g, int r) {
+            return Kn::kAByK ? dst + g * astride * Kn::APER + r : dst + (g * astride + r) * Kn::APER;
+        };
         for (int64_t p = p0; p < p1; ++p) {
             APack* dst = ap + p * apanel;
             int64_t packed_groups = 0;
@@ -454,12 +462,12 @@ bool run(const typename Kn::AIn* a, int64_t lda, int64_t M, int64_t N, int64_t K
                 const AIn* src = a + m * lda;
                 int64_t g = packed_groups;
                 if (m < M)
-                    for (; g < whole; ++g) Kn::pack_a(src + g * Kn::kAkg, dst + (g * astride + r) * Kn::APER);
+                    for (; g < whole; ++g) Kn::pack_a(src + g * Kn::kAkg, slot(dst, g, r));
                 for (; g < agroups; ++g) {
                     const int64_t k0 = g * Kn::kAkg;
                     std::memset(tmp, 0, sizeof tmp);
                     if (m < M && k0 < K) std::memcpy(tmp, src + k0, sizeof(tmp[0]) * size_t(K - k0));
-                    Kn::pack_a(tmp, dst + (g * astride + r) * Kn::APER);
+                    Kn::pack_a(tmp, slot(dst, g, r));
                 }
                 if (dense) break;
             }
