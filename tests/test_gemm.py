@@ -111,8 +111,9 @@ def test_gemm_w8a8_matches_float64(variant: str, shape: tuple[int, int, int], su
 def test_w8a8_extremes_are_exact(variant: str, a_value: int, sums: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """-128 x -128 everywhere: saturating int16 tricks (vpmaddubsw) fail here;
     127 (+128: both nibbles 15) x -128: the largest sums of the nibble GEMV;
-    127 x 127 (+128: 255 x 255): the largest of the float sums, 256 k per block."""
-    m, n, k = 40, 20, 1001
+    127 x 127 (+128: 255 x 255): the largest of the float sums, 256 k per block.
+    66 rows: the baseline's splat-panel kernels too (from 64 rows), two rows past its 4-row tiles."""
+    m, n, k = 66, 20, 1001
     monkeypatch.setenv(gemm.INT8_SUMS_ENV, sums)
     a = np.full((m, k), a_value, np.int8)
     b = np.full((k, n), -128, np.int8)
@@ -133,13 +134,13 @@ def test_w8a8_float_sums_ignore_the_callers_flush_to_zero(variant: str, monkeypa
     torch = pytest.importorskip("torch")
     monkeypatch.setenv(gemm.INT8_SUMS_ENV, "float")
     rng = np.random.default_rng(9)
-    a = rng.integers(-128, 128, (32, 600), dtype=np.int8)
+    a = rng.integers(-128, 128, (64, 600), dtype=np.int8)  # 64 rows: the baseline's float sums too
     b = rng.integers(-128, 128, (600, 24), dtype=np.int8)
     tiny = np.float32(1e-39)  # subnormal
     assert torch.set_flush_denormal(True), "this CPU has no flush-to-zero / denormals-are-zero"
     try:
         with ops.use_variant(variant):
-            got = cpukern.gemm_w8a8(a, np.ones(32, np.float32), cpukern.pack_b_int8(b), np.ones(24, np.float32))
+            got = cpukern.gemm_w8a8(a, np.ones(64, np.float32), cpukern.pack_b_int8(b), np.ones(24, np.float32))
         assert tiny * np.float32(1) == 0, "the caller's flush-to-zero was not put back"
     finally:
         torch.set_flush_denormal(False)
@@ -242,8 +243,9 @@ def test_the_int8_sums_override_is_checked_and_reported(variant: str, monkeypatc
             monkeypatch.setenv(gemm.INT8_SUMS_ENV, sums)
             assert gemm.kernel_name("int8", 1) == small  # GEMV keeps its kernel
             names[sums] = gemm.kernel_name("int8", 256)
-        if variant in ("avx2", "avx512"):  # the variants with the choice (x86 without VNNI)
-            assert names == {"float": "int16 panel madd, float sums", "int": "int16 panel madd"}
+        choice = {"avx2": "int16 panel madd", "avx512": "int16 panel madd", "baseline": "splat panel+pmaddwd"}
+        if variant in choice:  # the variants with the choice (x86 without VNNI)
+            assert names == {"float": f"{choice[variant]}, float sums", "int": choice[variant]}
             assert large == names["float" if cpu_vendor() in ("AuthenticAMD", "HygonGenuine") else "int"]
         else:
             assert names == {"float": large, "int": large}

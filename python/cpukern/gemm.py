@@ -52,7 +52,8 @@ _abi.signature("cpukern_gemm_w8a8", ptr, i64, ptr, ptr, ptr, i64, i64, i64, ptr,
 # Micro-kernels chosen by CPU vendor from 16 rows on (csrc/kernels/gemm.cpp),
 # or forced; variants without the choice ignore them: the avx512bf16
 # variant's bf16 kernel (widen_bf16), and how the avx2 / avx512 variants' int8
-# kernel adds its int32 sums (int8_float_sums: as floats on AMD's cores).
+# kernel (the baseline's from 64 rows) adds its int32 sums (int8_float_sums:
+# as floats on AMD's cores).
 BF16_KERNEL_ENV = "CPUKERN_GEMM_BF16"
 BF16_KERNELS = ("vdpbf16ps", "widened")
 INT8_SUMS_ENV = "CPUKERN_GEMM_INT8_SUMS"

@@ -267,7 +267,8 @@ def check_gemm_w8a8(results: Results, variant: str, rng: np.random.Generator) ->
 
     # 20 x 300: the many-rows kernels (from 16 rows on) over two k blocks of 256,
     # their int32 sums added each way (gemm.INT8_SUMS: avx2 / avx512 by CPU vendor);
-    # 66 x 180: the baseline's splat-panel kernel (from 64 rows), two k blocks and 2 edge rows
+    # 66 x 180: the baseline's splat-panel kernels (from 64 rows; sums each way too),
+    # two k blocks and 2 edge rows
     for m, k, n in ((1, 37, 19), (5, 64, 33), (20, 300, 40), (66, 180, 24)):
         a = rng.integers(-128, 128, (m, k), dtype=np.int8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)

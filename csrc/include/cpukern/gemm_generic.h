@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "cpukern/gemm.h"
@@ -554,22 +555,13 @@ struct GenericInt8Wide : KernelDefaults {
     }
 };
 
-#if defined(__x86_64__) && ((defined(__AVX2__) && !defined(__AVX512F__)) || defined(__AVX512BW__))
-#define CPUKERN_INT8_FLOAT_SUMS 1
-// GenericInt8Wide with its sums on the FP adders. AMD's cores (Zen 4 class
-// measured) issue vpaddd to the two pipes vpmaddwd needs as well as to the
-// other two, so madd + add runs at ~0.8 of the madd rate, while vaddps only
-// goes to the adder pipes (madd + vaddps: the full rate). Both operands are
-// made unsigned (+128: the epilogue subtracts 128 * (colsum + rowsum)), so
-// every product and sum is a non-negative integer below 2^24, whose int32 bit
-// pattern is a float (subnormal below 2^23, then exponent 1, the same unit)
-// that vaddps adds exactly: kc <= 256 keeps 256 * 255 * 255 < 2^24. The
-// subnormals need MXCSR's DAZ and FTZ clear, set for the call (begin / end).
-struct GenericInt8WideF : GenericInt8Wide {
-    static constexpr int64_t kKcTarget = 256;
-    static constexpr bool kOffsetA = true, kOffsetB = true;
-    static constexpr const char* kName = "int16 panel madd, float sums";
-
+#if defined(__x86_64__)
+// What the int8 kernels that add their int32 sums as floats share (GenericInt8WideF,
+// Sse2Int8SplatF): both operands made unsigned (+128), so every product and sum is
+// a non-negative integer below 2^24 whose bit pattern is a float of the same
+// value in units of 2^-149, added exactly by the FP adders; the subnormals need
+// MXCSR's DAZ and FTZ clear for the call (begin / end), the caller's put back.
+struct FloatSums {
     static constexpr unsigned kFlushBits = 0x8040u;  // FTZ, DAZ
     static void begin() {
         mxcsr_saved() = _mm_getcsr();
@@ -582,20 +574,46 @@ struct GenericInt8WideF : GenericInt8Wide {
         thread_local unsigned saved;
         return saved;
     }
+    // A's bytes lo and hi + 128 as the two int16 halves of a 32-bit lane
     static uint32_t halves(int8_t lo, int8_t hi) {
         return uint32_t(uint8_t(lo) ^ 0x80u) | uint32_t(uint8_t(hi) ^ 0x80u) << 16;
     }
+    // B's even and odd bytes + 128, zero-extended to int16
+    static std::pair<VS, VS> unsigned_bytes(VUS x) {
+        x ^= 0x8080;
+        return {(VS)((x << 8) >> 8), (VS)(x >> 8)};
+    }
+    // k values a block may sum: kc * 255 * 255 < 2^24
+    static constexpr bool exact_for(int64_t kc) { return kc * 255 * 255 < (int64_t(1) << 24); }
+};
+#endif
+
+#if defined(__x86_64__) && ((defined(__AVX2__) && !defined(__AVX512F__)) || defined(__AVX512BW__))
+#define CPUKERN_INT8_FLOAT_SUMS 1
+// GenericInt8Wide with its sums on the FP adders. AMD's cores (Zen 4 class
+// measured) issue vpaddd to the two pipes vpmaddwd needs as well as to the
+// other two, so madd + add runs at ~0.8 of the madd rate, while vaddps only
+// goes to the adder pipes (madd + vaddps: the full rate). Both operands are
+// made unsigned (+128: the epilogue subtracts 128 * (colsum + rowsum)), so
+// every product and sum is a non-negative integer below 2^24, whose int32 bit
+// pattern is a float (subnormal below 2^23, then exponent 1, the same unit)
+// that vaddps adds exactly: kc <= 256 keeps 256 * 255 * 255 < 2^24. The
+// subnormals need MXCSR's DAZ and FTZ clear, set for the call (begin / end).
+struct GenericInt8WideF : GenericInt8Wide, FloatSums {
+    static constexpr int64_t kKcTarget = 256;
+    static constexpr bool kOffsetA = true, kOffsetB = true;
+    static constexpr const char* kName = "int16 panel madd, float sums";
+
+    using FloatSums::begin;
+    using FloatSums::end;
     static void pack_a(const int8_t* s, uint32_t* d) {
         d[0] = halves(s[0], s[2]);
         d[1] = halves(s[1], s[3]);
     }
     static void prep_b(const uint8_t* b, int64_t kk, int16_t* dst) {
-        split_panel<V, VUS>(b, kk / KG, dst, [](VUS x) {
-            x ^= 0x8080;
-            return std::pair{(VS)((x << 8) >> 8), (VS)(x >> 8)};
-        });
+        split_panel<V, VUS>(b, kk / KG, dst, [](VUS x) { return unsigned_bytes(x); });
     }
-    static_assert(kKcTarget * 255 * 255 < (int64_t(1) << 24), "a block's sums stay exact as floats");
+    static_assert(exact_for(kKcTarget), "a block's sums stay exact as floats");
 
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
@@ -621,9 +639,11 @@ struct GenericInt8WideF : GenericInt8Wide {
 // shuffle pipes the multiplies and adds share: in an L1 loop 0.72 cycles per
 // mulps against 0.57 here (Zen 4 class). kFloat: mulps / addps on bf16
 // widened to float; else pmaddwd / paddd on int16 pairs.
-template <int R, bool kFloat, class V4, class Acc>
+// kSumsAsFloat: int32 sums (pmaddwd's) added by addps (FloatSums), into C by integer adds.
+template <int R, bool kFloat, class V4, class Acc, bool kSumsAsFloat = false>
 inline void splat_panel_tile(const void* a, const V4* b, int64_t slots, Acc* c, int64_t ldc, bool load_c) {
-    V4 acc[8] = {};
+    using AccV = std::conditional_t<kSumsAsFloat, simd::VF, V4>;
+    AccV acc[8] = {};
     const char* ap = static_cast<const char*>(a);
 #pragma GCC unroll 2
     for (int64_t k = 0; k < slots; ++k) {
@@ -634,7 +654,7 @@ inline void splat_panel_tile(const void* a, const V4* b, int64_t slots, Acc* c, 
             if constexpr (kFloat)
                 acc[j] = acc[j] + x * bk[j];
             else
-                acc[j] = acc[j] + (V4)madd16((VS)bk[j], (VS)x);
+                acc[j] = acc[j] + (AccV)madd16((VS)bk[j], (VS)x);
         }
     }
     __m128 t0 = (__m128)acc[0], t1 = (__m128)acc[1], t2 = (__m128)acc[2], t3 = (__m128)acc[3];
@@ -726,6 +746,35 @@ struct Sse2Int8Splat : KernelDefaults {
     template <int R>
     static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
         splat_panel_tile<R, false, VI>(a, reinterpret_cast<const VI*>(bp), kk / 2, c, ldc, load_c);
+    }
+};
+
+// The same with its int32 sums added as floats (FloatSums): addps leaves pmaddwd's
+// pipes to it, where paddd shares them (an L1 loop: 0.58-0.61 cycles per pmaddwd
+// against 0.65-0.69). Taken by CPU vendor as GenericInt8WideF (gemm.cpp).
+struct Sse2Int8SplatF : Sse2Int8Splat, FloatSums {
+    static constexpr int64_t kKcTarget = 256;
+    static constexpr bool kOffsetA = true, kOffsetB = true;
+    static constexpr const char* kName = "splat panel+pmaddwd, float sums";
+
+    using FloatSums::begin;
+    using FloatSums::end;
+    static void pack_a(const int8_t* s, uint32_t* d) {
+        d[0] = halves(s[0], s[2]);
+        d[MR] = halves(s[1], s[3]);
+    }
+    static void prep_b(const uint8_t* b, int64_t kk, VI* dst) {
+        for (int64_t g = 0; g < kk / KG; ++g)
+            for (int v = 0; v < 2; ++v) {
+                const auto [even, odd] = unsigned_bytes(load_vec<VUS>(b + (2 * g + v) * 16));
+                splat_lanes((VI)even, dst + 16 * g + 4 * v);
+                splat_lanes((VI)odd, dst + 16 * g + 8 + 4 * v);
+            }
+    }
+    static_assert(exact_for(kKcTarget), "a block's sums stay exact as floats");
+    template <int R>
+    static void micro(const uint32_t* a, const uint8_t* bp, int64_t kk, int32_t* c, int64_t ldc, bool load_c) {
+        splat_panel_tile<R, false, VI, int32_t, true>(a, reinterpret_cast<const VI*>(bp), kk / 2, c, ldc, load_c);
     }
 };
 #endif
