@@ -632,10 +632,9 @@ struct GenericInt8WideF : GenericInt8Wide, FloatSums {
 // The baseline's (SSE2) many-rows kernels, turned around: four rows of A to a
 // vector (a k-major A panel) against each B value broadcast to all lanes once
 // per block (prep_b: a panel of 16-byte splats, reused by every row panel), so
-// the tile shuffles nothing - per k one A load, then per column a copy, a
-// product with the splat in memory and an add into that column's
-// accumulator (8 of them: 4 rows x 1 column each), transposed into C at the
-// end. The A-broadcasting tile above spends a pshufd per A value on the
+// the tile shuffles nothing - per k one A load, then per column the splat's
+// load, its product with A and an add into that column's accumulator (8 of
+// them: 4 rows x 1 column each), transposed into C at the end. The A-broadcasting tile above spends a pshufd per A value on the
 // shuffle pipes the multiplies and adds share: in an L1 loop 0.72 cycles per
 // mulps against 0.57 here (Zen 4 class). kFloat: mulps / addps on bf16
 // widened to float; else pmaddwd / paddd on int16 pairs.
