@@ -558,9 +558,11 @@ struct GenericInt8Wide : KernelDefaults {
 #if defined(__x86_64__)
 // What the int8 kernels that add their int32 sums as floats share (GenericInt8WideF,
 // Sse2Int8SplatF): both operands made unsigned (+128), so every product and sum is
-// a non-negative integer below 2^24 whose bit pattern is a float of the same
-// value in units of 2^-149, added exactly by the FP adders; the subnormals need
-// MXCSR's DAZ and FTZ clear for the call (begin / end), the caller's put back.
+// a non-negative integer below 2^24 whose int32 bit pattern is a float of the same
+// value in units of 2^-149 (subnormal below 2^23, then exponent 1, the same unit),
+// which the FP adders add exactly (kc * 255 * 255 < 2^24: exact_for); the
+// subnormals need MXCSR's DAZ and FTZ clear for the call (begin / end), the
+// caller's put back.
 struct FloatSums {
     static constexpr unsigned kFlushBits = 0x8040u;  // FTZ, DAZ
     static void begin() {
@@ -590,15 +592,11 @@ struct FloatSums {
 
 #if defined(__x86_64__) && ((defined(__AVX2__) && !defined(__AVX512F__)) || defined(__AVX512BW__))
 #define CPUKERN_INT8_FLOAT_SUMS 1
-// GenericInt8Wide with its sums on the FP adders. AMD's cores (Zen 4 class
-// measured) issue vpaddd to the two pipes vpmaddwd needs as well as to the
-// other two, so madd + add runs at ~0.8 of the madd rate, while vaddps only
-// goes to the adder pipes (madd + vaddps: the full rate). Both operands are
-// made unsigned (+128: the epilogue subtracts 128 * (colsum + rowsum)), so
-// every product and sum is a non-negative integer below 2^24, whose int32 bit
-// pattern is a float (subnormal below 2^23, then exponent 1, the same unit)
-// that vaddps adds exactly: kc <= 256 keeps 256 * 255 * 255 < 2^24. The
-// subnormals need MXCSR's DAZ and FTZ clear, set for the call (begin / end).
+// GenericInt8Wide with its sums on the FP adders (FloatSums: the epilogue
+// subtracts 128 * (colsum + rowsum)). AMD's cores (Zen 4 class measured) issue
+// vpaddd to the two pipes vpmaddwd needs as well as to the other two, so madd +
+// add runs at ~0.8 of the madd rate, while vaddps only goes to the adder pipes
+// (madd + vaddps: the full rate).
 struct GenericInt8WideF : GenericInt8Wide, FloatSums {
     static constexpr int64_t kKcTarget = 256;
     static constexpr bool kOffsetA = true, kOffsetB = true;
