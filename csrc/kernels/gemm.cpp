@@ -106,7 +106,7 @@ using Int8FloatSums = Kernels<GenericInt8, GenericInt8WideF, 16, NibbleGemv>;
 #endif
 using Bf16 = Kernels<GenericBf16, GenericBf16Wide, 16, GenericBf16, Sse2Bf16Splat, CPUKERN_SSE2_SPLAT_ROWS_BF16>;
 using Int8 = Kernels<GenericInt8, GenericInt8Wide, 16, GenericInt8, Sse2Int8Splat, CPUKERN_SSE2_SPLAT_ROWS_INT8>;
-// from the splat rows on, by CPU vendor: see int8_float_sums (M = 256 on the Zen 4 class: 0.93 of the
+// from the splat rows on, by CPU vendor: see int8_float_sums (M = 256 on the Zen 4 class: ~0.95 of the
 // time of the int sums)
 using Int8FloatSums = Kernels<GenericInt8, GenericInt8Wide, 16, GenericInt8, Sse2Int8SplatF, CPUKERN_SSE2_SPLAT_ROWS_INT8>;
 #define CPUKERN_INT8_BY_HOST 1
@@ -141,8 +141,8 @@ bool widened_bf16_for(int64_t M) { return Bf16Widened::large(M) && !Bf16::large(
 #ifdef CPUKERN_INT8_BY_HOST
 static_assert(Int8FloatSums::kpad() == Int8::kpad(), "both read the same packed B (its column sums: layout)");
 
-// Whether gemm_w8a8 from 16 rows on adds its int32 sums as floats
-// (GenericInt8WideF): on AMD's cores vaddps leaves vpmaddwd's pipes to it
+// Whether gemm_w8a8 from 16 rows on (the baseline: 64) adds its int32 sums as
+// floats (GenericInt8WideF, Sse2Int8SplatF): on AMD's cores vaddps leaves vpmaddwd's pipes to it
 // (Zen 4 class, M = 256: see docs/gemm.md). Intel's keep vpaddd (not
 // measured): up to Ice Lake their FP adds run on the multiply ports, where
 // vpaddd has a third. CPUKERN_GEMM_INT8_SUMS=float|int overrides
