@@ -41,7 +41,7 @@ struct Job {
 // a thread finds its rows still in its caches, as with a static split, while
 // a delayed thread still holds up only the chunk it runs. Measured against one
 // shared counter: rotary fp32 206 -> 148 us, fused_add_rms_norm fp32 254 ->
-// 223 us (Zen 4 class, 2 threads, 5 of 5 alternating processes; docs/gemm.md).
+// 223 us (Zen 4 class, 2 threads, 5 of 5 alternating processes; docs/gemm-log.md).
 struct alignas(64) Cursor {
     std::atomic<uint64_t> next{0};
 };

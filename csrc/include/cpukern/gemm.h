@@ -43,7 +43,7 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // through, with little work per byte: fetching 512 bytes ahead took the
 // Zen 4 class host's GEMV from 598 to 537 us (bf16, 32 MiB of weights) and
 // int8 from 168 to 161 us (16 MiB), alternating in one process, 15 rounds
-// (docs/gemm.md); 256, 1024 and 2048 bytes ahead did worse there (the avx2
+// (docs/gemm-log.md); 256, 1024 and 2048 bytes ahead did worse there (the avx2
 // kernels take 256: kGemvAhead in gemm_generic.h). A prefetch past the
 // panel's end is harmless (no fault).
 constexpr int64_t kStreamAhead = 512;
@@ -83,7 +83,7 @@ inline int lane_slot(const Layout& L, int i) {
 // MiB pages the hardware prefetchers run on, on 4 KiB pages they stop at each
 // page. Zen 4 class, two threads, the same buffer advised either way: the bf16
 // GEMV took 1.72x the time on small pages at 32 MiB and 1.28x at 256 MiB
-// (DRAM), int8 1.42x / 1.14x (docs/gemm.md). NumPy asks for huge pages for its
+// (DRAM), int8 1.42x / 1.14x (docs/gemm-log.md). NumPy asks for huge pages for its
 // large arrays, PyTorch's allocator does not, so the packing asks for the
 // whole 2 MiB pages of `dst` before its writes fault them in (THP "madvise";
 // "always" needs nothing, "never" refuses - it is only advice).

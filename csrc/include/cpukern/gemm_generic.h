@@ -141,7 +141,7 @@ struct GenericBf16 : KernelDefaults {
             // each B vector loaded once: GCC otherwise loads it again as the mask's memory operand, and a
             // one-row product then waits on the load ports - 3.9 cycles per 64 bytes of B on Zen 4 (avx2,
             // one thread, in L3); loaded once, 0.84 of the time there, 0.92 at 32 MiB, 0.95 at 256 MiB
-            // (two threads), avx512 0.81 at 32 MiB; 8 rows unchanged (docs/gemm.md)
+            // (two threads), avx512 0.81 at 32 MiB; 8 rows unchanged (docs/gemm-log.md)
             VU raw[V];
             simd::VF e[V];
 #pragma GCC unroll 4

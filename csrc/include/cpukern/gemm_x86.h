@@ -90,7 +90,7 @@ struct Dpbf16 : KernelDefaults {
     // class, two threads, against micro<1, 1>, the weights in L3 (called again and again): 16 / 32
     // / 64 MiB 0.83-0.90 / 0.90-0.95 / 0.90 of the time, 2 MiB 0.89; 32 MiB matrices taken in turn
     // from DRAM 0.97-1.03, 256 MiB 1.00-1.05 (weights over the LLC keep micro<1, 1> and its fetch
-    // ahead); a prefetch in this loop, 512 B-8 KiB ahead, lost 2-37 % (docs/gemm.md).
+    // ahead); a prefetch in this loop, 512 B-8 KiB ahead, lost 2-37 % (docs/gemm-log.md).
     // (K in one block: a one-row product streams its panels unblocked, so C starts at zero)
     static void cached_gemv(const uint32_t* a, const uint8_t* b, int64_t kk, float* c) {
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};

@@ -333,7 +333,7 @@ inline void store_pair_fast(T* p, VF a, VF b) {
 // ops for the pair, no shuffle - and a store puts them back with one 16-bit
 // blend after the integer rounding. It replaced vpunpck{l,h}wd / vpackusdw:
 // three shuffles per pair (one port on Intel), and measured slower on Zen 4
-// (docs/gemm.md, issue 25's Zen 4 section).
+// (docs/gemm-log.md).
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 // With AVX-512 BF16 the pair keeps the natural order: vcvtne2ps2bf16 narrows
 // it in one instruction (RNE, quiets NaN), where the split would need a
