@@ -179,7 +179,7 @@ TORCH_MIX = textwrap.dedent("""
     states = [open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in tids]
     print(json.dumps({"workers": len(tids), "states": states, "torch_threads": torch.get_num_threads(),
                       "others_ns": others_ns, "tasks_before": len(tasks),
-                      "tasks": len(os.listdir("/proc/self/task"))}))
+                      "added": sorted(set(map(int, os.listdir("/proc/self/task"))) - set(tasks))}))
 """)
 
 
@@ -195,7 +195,9 @@ def test_runs_on_torch_openmp_threads() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["workers"] == 0, r
-    assert r["tasks"] == r["tasks_before"], r
+    # threads that appeared, not a count: the executor's finished threads may still be listed before
+    # and gone after (a loaded CI run saw 5 then 3)
+    assert r["added"] == [], r
     assert r["others_ns"] > 50_000_000, r  # of ~1 s of CPU over 0.5 s on 2+ CPUs
 
 
